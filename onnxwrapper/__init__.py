@@ -1,0 +1,70 @@
+"""onnxwrapper: ``import onnxwrapper as ort`` wherever ``import onnxruntime as ort`` works.
+
+Every public name of ``onnxruntime`` is reachable here and *is* onnxruntime's object
+(``onnxwrapper.SessionOptions is onnxruntime.SessionOptions``), except:
+
+* :class:`InferenceSession` — a subclass of ``onnxruntime.InferenceSession`` that dispatches to a
+  backend (``cpu``, ``qnn``, plugins), selected by ``backend=``, ``providers=``,
+  ``ONNXWRAPPER_BACKEND`` or ``auto``;
+* ``__version__`` — onnxwrapper's version (``get_version_string()`` stays onnxruntime's).
+
+Added names: :func:`get_available_backends`, :class:`BackendInfo`, :func:`add_run_observer`,
+the error classes in :mod:`onnxwrapper.errors`. ``onnxruntime.capi``, ``.quantization`` and
+``.tools`` are used from onnxruntime itself. Importing this module imports onnxruntime and
+nothing else: no backend SDK, no I/O, no logging configuration.
+"""
+
+from __future__ import annotations
+
+import onnxruntime as _onnxruntime
+
+from onnxwrapper._registry import BackendInfo, get_available_backends
+from onnxwrapper._session import InferenceSession, add_run_observer
+from onnxwrapper._version import __version__
+from onnxwrapper.errors import (
+    ArtifactError,
+    BackendCapabilityError,
+    BackendConfigConflictError,
+    BackendError,
+    BackendNotFoundError,
+    BackendOptionError,
+    BackendUnavailableError,
+    BackendValidationError,
+    OnnxwrapperError,
+    PartitionError,
+)
+
+_OWN = [
+    "InferenceSession",
+    "__version__",
+    "get_available_backends",
+    "BackendInfo",
+    "add_run_observer",
+    "OnnxwrapperError",
+    "BackendError",
+    "BackendNotFoundError",
+    "BackendUnavailableError",
+    "BackendOptionError",
+    "BackendValidationError",
+    "BackendCapabilityError",
+    "BackendConfigConflictError",
+    "PartitionError",
+    "ArtifactError",
+]
+
+
+def _ort_public_names() -> list[str]:
+    return [n for n in dir(_onnxruntime) if not n.startswith("_")]
+
+
+def __getattr__(name: str):
+    """Forward every other public onnxruntime name (PEP 562); ``__all__`` is computed on demand."""
+    if name == "__all__":
+        return sorted(set(_OWN) | set(_ort_public_names()))
+    if not name.startswith("_") and hasattr(_onnxruntime, name):
+        return getattr(_onnxruntime, name)
+    raise AttributeError(f"module 'onnxwrapper' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_ort_public_names()))

@@ -1,0 +1,241 @@
+"""The backend registry: discovery through the entry-point group ``onnxwrapper.backends``.
+
+Backends are found with importlib-metadata (the entry-point name is the canonical backend name)
+and loaded lazily, on first use of that name. A class is validated when loaded (it subclasses
+:class:`~onnxwrapper.backends.base.Backend`, declares its name and implements ``probe``/``open``);
+a broken plugin is a warning in :func:`get_available_backends` listings and a
+:class:`~onnxwrapper.errors.BackendValidationError` (with ``__cause__``) when asked for by name.
+Backends listed in ``ONNXWRAPPER_DISABLE_BACKENDS`` (comma separated) are ignored. Probe
+results are cached per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from onnxwrapper.errors import BackendNotFoundError, BackendValidationError
+
+__all__ = ["ENTRY_POINT_GROUP", "BackendInfo", "BackendRegistry", "default_registry", "get_available_backends"]
+
+ENTRY_POINT_GROUP = "onnxwrapper.backends"
+_log = logging.getLogger("onnxwrapper")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One registered backend as seen from this host.
+
+    Attributes:
+        name: canonical name. aliases: other accepted names.
+        available: whether sessions can be opened here; reason: why not (or a note).
+        install_hint: what would make it available. real_npu / simulated: device kind.
+        execution_providers: EP names that select it from ``providers=``.
+        distribution: the Python distribution that registered it (``None`` for in-process ones).
+        details: backend-specific facts (versions).
+    """
+
+    name: str
+    aliases: tuple = ()
+    available: bool = False
+    reason: str = ""
+    install_hint: str = ""
+    real_npu: bool = False
+    simulated: bool = False
+    execution_providers: tuple = ()
+    distribution: str | None = None
+    details: Mapping[str, str] = field(default_factory=dict)
+
+
+class BackendRegistry:
+    """Name → backend class, filled from entry points and :meth:`register`.
+
+    Args:
+        group: entry-point group to read. Defaults to ``onnxwrapper.backends``.
+    """
+
+    def __init__(self, group: str = ENTRY_POINT_GROUP) -> None:
+        self.group = group
+        self._lock = threading.RLock()
+        self._entry_points: dict | None = None
+        self._classes: dict[str, type] = {}
+        self._distributions: dict[str, str | None] = {}
+        self._probes: dict[str, object] = {}
+
+    # -- discovery -----------------------------------------------------------------------------
+    def _eps(self) -> dict:
+        with self._lock:
+            if self._entry_points is None:
+                from importlib_metadata import entry_points
+
+                eps = {}
+                for ep in entry_points(group=self.group):
+                    eps.setdefault(ep.name.lower(), ep)
+                self._entry_points = eps
+            return self._entry_points
+
+    @staticmethod
+    def _disabled() -> set[str]:
+        raw = os.environ.get("ONNXWRAPPER_DISABLE_BACKENDS", "")
+        return {n.strip().lower() for n in raw.split(",") if n.strip()}
+
+    def names(self) -> list[str]:
+        """Canonical names of every registered, non-disabled backend; ``cpu`` first."""
+        with self._lock:
+            names = set(self._eps()) | set(self._classes)
+        names -= self._disabled()
+        return sorted(names, key=lambda n: (n != "cpu", n))
+
+    def register(self, cls: type, *, distribution: str | None = None) -> None:
+        """Register a backend class in this process (tests, in-process plugins).
+
+        Raises:
+            BackendValidationError: ``cls`` does not satisfy the protocol.
+        """
+        _validate(cls, None)
+        with self._lock:
+            self._classes[cls.name.lower()] = cls
+            self._distributions[cls.name.lower()] = distribution
+            self._probes.pop(cls.name.lower(), None)
+
+    def unregister(self, name: str) -> None:
+        """Forget an in-process registration made with :meth:`register` (no error if absent)."""
+        with self._lock:
+            self._classes.pop(name.lower(), None)
+            self._probes.pop(name.lower(), None)
+
+    # -- loading -------------------------------------------------------------------------------
+    def _load(self, name: str) -> type:
+        with self._lock:
+            if name in self._classes:
+                return self._classes[name]
+            ep = self._eps().get(name)
+            if ep is None:
+                raise KeyError(name)
+            text = f"{ep.name} = {ep.value}"
+            try:
+                cls = ep.load()
+            except Exception as exc:  # a broken plugin must not break other backends
+                raise BackendValidationError(
+                    f"Backend '{name}' could not be loaded from entry point '{text}' "
+                    f"({type(exc).__name__}: {exc}). Reinstall or disable it with "
+                    f"ONNXWRAPPER_DISABLE_BACKENDS={name}.", backend=name, entry_point=text) from exc
+            _validate(cls, text)
+            if cls.name.lower() != name:
+                raise BackendValidationError(
+                    f"Entry point '{text}' registers a class whose name is '{cls.name}'; the entry "
+                    f"point name and Backend.name must be equal.", backend=name, entry_point=text)
+            self._classes[name] = cls
+            dist = getattr(ep, "dist", None)
+            self._distributions[name] = getattr(dist, "name", None)
+            return cls
+
+    def resolve(self, name: str) -> str:
+        """Map a user-given name or alias (case-insensitive) to the canonical backend name.
+
+        Raises:
+            BackendNotFoundError: no backend (or alias) has that name.
+        """
+        key = str(name).strip().lower()
+        names = self.names()
+        if key in names:
+            return key
+        for candidate in names:
+            try:
+                cls = self._load(candidate)
+            except BackendValidationError:
+                continue
+            if key in (a.lower() for a in cls.aliases):
+                return candidate
+        raise BackendNotFoundError(
+            f"Unknown backend '{name}'. Registered backends: {', '.join(names)}. "
+            f"Backends are plugins in the entry-point group '{self.group}'; "
+            f"install the package that provides '{name}' or pick one of the above.", backend=key)
+
+    def get(self, name: str) -> type:
+        """The backend class for ``name`` (alias accepted).
+
+        Raises:
+            BackendNotFoundError, BackendValidationError.
+        """
+        return self._load(self.resolve(name))
+
+    def probe(self, name: str):
+        """Cached :class:`~onnxwrapper.backends.base.Availability` of backend ``name``."""
+        canonical = self.resolve(name)
+        with self._lock:
+            if canonical not in self._probes:
+                self._probes[canonical] = self._load(canonical).probe()
+            return self._probes[canonical]
+
+    def backend_for_provider(self, provider: str) -> str | None:
+        """The canonical backend whose ``execution_providers`` contains ``provider``, if any."""
+        for candidate in self.names():
+            try:
+                cls = self._load(candidate)
+            except BackendValidationError:
+                continue
+            if provider in cls.execution_providers:
+                return candidate
+        return None
+
+    def infos(self) -> list[BackendInfo]:
+        """Every backend with its availability; a plugin that fails to load is listed unavailable."""
+        result = []
+        for name in self.names():
+            try:
+                cls = self._load(name)
+                av = self.probe(name)
+            except BackendValidationError as exc:
+                _log.warning("%s", exc)
+                result.append(BackendInfo(name=name, available=False, reason=str(exc)))
+                continue
+            result.append(BackendInfo(
+                name=name, aliases=tuple(cls.aliases), available=av.available, reason=av.reason,
+                install_hint=av.install_hint, real_npu=av.real_npu, simulated=av.simulated,
+                execution_providers=tuple(cls.execution_providers),
+                distribution=self._distributions.get(name), details=dict(av.details)))
+        return result
+
+
+def _validate(cls, entry_point: str | None) -> None:
+    from onnxwrapper.backends.base import Backend
+
+    name = getattr(cls, "name", None) or getattr(cls, "__name__", repr(cls))
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise BackendValidationError(
+            f"{cls!r} is not a subclass of onnxwrapper.backends.base.Backend.",
+            backend=str(name), entry_point=entry_point)
+    if not cls.name:
+        raise BackendValidationError(f"Backend class {cls.__qualname__} does not set 'name'.",
+                                     backend=None, entry_point=entry_point)
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise BackendValidationError(
+            f"Backend '{cls.name}' ({cls.__qualname__}) does not implement: {', '.join(missing)}.",
+            backend=cls.name, entry_point=entry_point)
+
+
+_default: BackendRegistry | None = None
+_default_lock = threading.Lock()
+
+
+def default_registry() -> BackendRegistry:
+    """The process-wide registry (created on first use, not at import)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = BackendRegistry()
+        return _default
+
+
+def get_available_backends() -> list[BackendInfo]:
+    """Every registered backend with its availability on this host and, if unavailable, why.
+
+    Returns:
+        ``BackendInfo`` records, ``cpu`` first then alphabetical.
+    """
+    return default_registry().infos()

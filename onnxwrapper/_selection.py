@@ -1,0 +1,124 @@
+"""Backend selection: a pure function of the request, the environment and the registry.
+
+Order (first that applies wins):
+
+1. ``backend=`` argument (case-insensitive name or alias) — explicit: an unavailable backend raises.
+2. ``providers=`` — the first provider whose execution provider belongs to a backend. Providers
+   are ORT *preferences*: when the backend of a named EP is unavailable here, a ``UserWarning``
+   says so (as ORT warns about an unavailable provider) and the next provider is considered,
+   ending at ``cpu``.
+3. ``ONNXWRAPPER_BACKEND`` environment variable — explicit: an unavailable backend raises.
+4. ``auto`` — the first backend with a real NPU on this host, else ``cpu``. A simulated NPU (the
+   QNN HTP simulator on x86-64) is never picked automatically.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Mapping
+
+from onnxwrapper.errors import BackendUnavailableError
+
+__all__ = ["Selection", "select_backend", "provider_names"]
+
+_log = logging.getLogger("onnxwrapper")
+ENV_BACKEND = "ONNXWRAPPER_BACKEND"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of selection.
+
+    Attributes:
+        name: canonical backend name.
+        source: ``"argument"``, ``"providers"``, ``"environment"`` or ``"auto"``.
+        reason: one human sentence explaining the choice.
+        provider_options: options from a ``(EP, options)`` tuple that selected the backend.
+    """
+
+    name: str
+    source: str
+    reason: str
+    provider_options: Mapping[str, str] | None = None
+
+
+def provider_names(providers) -> list[tuple[str, dict | None]]:
+    """``providers`` as ``[(name, options or None)]``; anything ORT would reject is skipped here
+    (ORT itself reports it later with its own message)."""
+    result = []
+    if providers is None or isinstance(providers, (str, bytes)):
+        return result
+    try:
+        items = list(providers)
+    except TypeError:
+        return result
+    for item in items:
+        if isinstance(item, str):
+            result.append((item, None))
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], dict):
+            result.append((item[0], {str(k): str(v) for k, v in item[1].items()}))
+    return result
+
+
+def _require_available(registry, name: str, how: str) -> None:
+    av = registry.probe(name)
+    if not av.available:
+        hint = f" To fix: {av.install_hint}." if av.install_hint else ""
+        raise BackendUnavailableError(
+            f"Backend '{name}' ({how}) is not available on this host: {av.reason}.{hint} "
+            f"onnxwrapper never runs a requested backend's model elsewhere; pick another "
+            f"backend explicitly (e.g. backend='cpu') if that is what you want.",
+            backend=name, reason=av.reason, install_hint=av.install_hint)
+
+
+def select_backend(requested, providers, env: Mapping[str, str], registry) -> Selection:
+    """Choose the backend for one session.
+
+    Args:
+        requested: the ``backend=`` argument (``str`` or ``None``).
+        providers: the ``providers=`` argument as given to ORT.
+        env: environment mapping (``os.environ``), read for ``ONNXWRAPPER_BACKEND``.
+        registry: a :class:`~onnxwrapper._registry.BackendRegistry`.
+
+    Raises:
+        BackendNotFoundError: an explicit name is unknown.
+        BackendUnavailableError: an explicit backend cannot run here.
+    """
+    if requested is not None:
+        name = registry.resolve(requested)
+        _require_available(registry, name, f"backend={requested!r}")
+        return Selection(name, "argument", f"backend={requested!r} was passed")
+
+    for ep, options in provider_names(providers):
+        name = registry.backend_for_provider(ep)
+        if name is None:
+            continue
+        av = registry.probe(name)
+        if av.available:
+            return Selection(name, "providers", f"providers names {ep}", options)
+        warnings.warn(
+            f"Provider '{ep}' belongs to backend '{name}', which is not available here: "
+            f"{av.reason}.{(' ' + av.install_hint + '.') if av.install_hint else ''} "
+            f"Trying the next provider, as onnxruntime does.", UserWarning, stacklevel=4)
+
+    env_name = (env.get(ENV_BACKEND) or "").strip()
+    if env_name and env_name.lower() != "auto":
+        name = registry.resolve(env_name)
+        _require_available(registry, name, f"{ENV_BACKEND}={env_name}")
+        return Selection(name, "environment", f"{ENV_BACKEND}={env_name}")
+
+    for name in registry.names():
+        if name == "cpu":
+            continue
+        try:
+            av = registry.probe(name)
+        except Exception as exc:  # one broken plugin must not stop auto selection
+            _log.warning("backend %s could not be probed: %s", name, exc)
+            continue
+        if av.available and av.real_npu:
+            _log.info("onnxwrapper: auto-selected backend '%s' (real NPU on this host)", name)
+            return Selection(name, "auto", f"backend '{name}' has a real NPU on this host")
+    _log.info("onnxwrapper: auto-selected backend 'cpu' (no real NPU on this host)")
+    return Selection("cpu", "auto", "no backend with a real NPU on this host")

@@ -1,0 +1,139 @@
+"""Typed errors raised by onnxwrapper.
+
+Where onnxruntime raises for the same bad input, onnxwrapper raises onnxruntime's exception class
+(or a subclass of it) with the same message prefix, so ``except InvalidArgument`` and
+``except ValueError`` in user code keep working. The errors below are for situations onnxruntime
+has no notion of (backends, artifacts, partitions). Each message says what was wrong, what was
+expected and what to do.
+
+Hierarchy::
+
+    Exception
+    ├── OnnxwrapperError                      base of every error onnxwrapper raises itself
+    │   ├── BackendError                      .backend: the backend name involved
+    │   │   ├── BackendNotFoundError          (also ValueError) no backend has that name
+    │   │   ├── BackendUnavailableError       (also RuntimeError) requested backend cannot run here
+    │   │   ├── BackendOptionError            (also ValueError) unknown or invalid backend option
+    │   │   ├── BackendValidationError        a plugin does not satisfy the backend protocol
+    │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
+    │   │   ├── BackendConfigConflictError    (also RuntimeError) process-global config clash
+    │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
+    │   └── ArtifactError                     .path: compiled artifact or cache entry problems
+    └── InternalError                         a broken invariant inside onnxwrapper (a bug:
+                                              deliberately not an OnnxwrapperError)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "OnnxwrapperError",
+    "BackendError",
+    "BackendNotFoundError",
+    "BackendUnavailableError",
+    "BackendOptionError",
+    "BackendValidationError",
+    "BackendCapabilityError",
+    "BackendConfigConflictError",
+    "PartitionError",
+    "ArtifactError",
+    "InternalError",
+]
+
+
+class OnnxwrapperError(Exception):
+    """Base class of every error onnxwrapper raises on its own account."""
+
+
+class BackendError(OnnxwrapperError):
+    """An error tied to one backend.
+
+    Args:
+        message: the full, user-facing explanation.
+        backend: canonical backend name (e.g. ``"qnn"``), or ``None`` when unknown.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None) -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
+class BackendNotFoundError(BackendError, ValueError):
+    """No registered backend has the requested name (``backend=`` or ``ONNXWRAPPER_BACKEND``)."""
+
+
+class BackendUnavailableError(BackendError, RuntimeError):
+    """The requested backend is registered but cannot run on this host.
+
+    Attributes:
+        reason: why it is unavailable (e.g. ``"onnxruntime-qnn is not installed"``).
+        install_hint: what to run or install to fix it, may be empty.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, reason: str = "",
+                 install_hint: str = "") -> None:
+        super().__init__(message, backend=backend)
+        self.reason = reason
+        self.install_hint = install_hint
+
+
+class BackendOptionError(BackendError, ValueError):
+    """A ``backend_options`` key is unknown or its value is invalid for that backend."""
+
+
+class BackendValidationError(BackendError):
+    """A backend class loaded from an entry point does not satisfy the backend protocol.
+
+    Attributes:
+        entry_point: the entry point's ``name = value`` text, when loaded from one.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None,
+                 entry_point: str | None = None) -> None:
+        super().__init__(message, backend=backend)
+        self.entry_point = entry_point
+
+
+class BackendCapabilityError(BackendError, NotImplementedError):
+    """The session's backend cannot serve this ``InferenceSession`` method (e.g. IOBinding on SNPE)."""
+
+
+class BackendConfigConflictError(BackendError, RuntimeError):
+    """A backend whose configuration is process-global was asked for a second, different one.
+
+    Attributes:
+        active: the configuration already initialised in this process.
+        requested: the conflicting configuration the new session asked for.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, active=None, requested=None) -> None:
+        super().__init__(message, backend=backend)
+        self.active = active
+        self.requested = requested
+
+
+class PartitionError(BackendError, RuntimeError):
+    """Part of the graph would run outside the requested backend while strict mode forbids it.
+
+    Attributes:
+        cpu_nodes: list of ``(node_name, op_type)`` assigned to the CPU execution provider.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, cpu_nodes=()) -> None:
+        super().__init__(message, backend=backend)
+        self.cpu_nodes = list(cpu_nodes)
+
+
+class ArtifactError(OnnxwrapperError):
+    """A compiled artifact (context binary, EPContext model, DLC, cache entry) is unusable.
+
+    Attributes:
+        path: the artifact's path, when there is one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class InternalError(Exception):
+    """A broken invariant inside onnxwrapper: a bug, please report it with the traceback."""

@@ -1,0 +1,109 @@
+"""Tiny ONNX models built with onnx.helper, shared by the test modules.
+
+Each builder returns serialized model bytes (IR version 9, opset 17 unless stated: onnx 1.23's
+default IR version 14 is newer than onnxruntime 1.31 accepts). Shapes, dtypes and expected
+results are in each docstring. Mirrors the models of ORT's own Python API tests (mul_1,
+matmul_1, logicaland, identity_string, abs_free_dimensions, add_mul_add), regenerated from what
+those tests assert.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T
+from onnx import helper as h
+
+IR_VERSION = 9
+
+
+def make_model(graph, opset: int = 17, **kwargs) -> bytes:
+    """Serialize ``graph`` with IR version 9 and the given default-domain opset."""
+    imports = [h.make_opsetid("", opset)] + list(kwargs.pop("extra_opsets", []))
+    model = h.make_model(graph, opset_imports=imports, ir_version=IR_VERSION, **kwargs)
+    return model.SerializeToString()
+
+
+def mul_1() -> bytes:
+    """``Y = X * W``; X float[3,2], W = [[1,2],[3,4],[5,6]] initializer; Y float[3,2]."""
+    w = h.make_tensor("W", T.FLOAT, [3, 2], [1, 2, 3, 4, 5, 6])
+    g = h.make_graph([h.make_node("Mul", ["X", "W"], ["Y"])], "mul_1",
+                     [h.make_tensor_value_info("X", T.FLOAT, [3, 2])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [3, 2])], [w])
+    return make_model(g)
+
+
+def matmul_symbolic() -> bytes:
+    """``Y = X @ W``; X float["None", 2] (dim_param literally "None"), W = [[1],[2]]; Y float["None", 1]."""
+    w = h.make_tensor("W", T.FLOAT, [2, 1], [1, 2])
+    g = h.make_graph([h.make_node("MatMul", ["X", "W"], ["Y"])], "matmul_2",
+                     [h.make_tensor_value_info("X", T.FLOAT, ["None", 2])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, ["None", 1])], [w])
+    return make_model(g)
+
+
+def smallconv(batch="N", hw=(8, 8), seed: int = 0) -> bytes:
+    """Conv(3→4, 3×3, pad 1) → Relu → Conv(4→2, 1×1); X float[batch,3,H,W] → Y float[batch,2,H,W].
+
+    ``batch``/``hw`` entries may be ints or dim_param strings (dynamic dims).
+    Metadata: producer "onnxwrapper-tests", custom ``{"license": "MIT", "author": "tests"}``.
+    """
+    rng = np.random.default_rng(seed)
+    w1 = onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1")
+    b1 = onnx.numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b1")
+    w2 = onnx.numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32) * 0.3, "w2")
+    nodes = [h.make_node("Conv", ["X", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             h.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             h.make_node("Conv", ["r1", "w2"], ["Y"], name="conv2")]
+    g = h.make_graph(nodes, "smallconv", [h.make_tensor_value_info("X", T.FLOAT, [batch, 3, *hw])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [batch, 2, *hw])], [w1, b1, w2],
+                     doc_string="graph doc")
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=IR_VERSION,
+                     producer_name="onnxwrapper-tests", doc_string="small conv test model", model_version=7)
+    m.domain = "ai.onnxwrapper.tests"
+    h.set_model_props(m, {"license": "MIT", "author": "tests"})
+    return m.SerializeToString()
+
+
+def logicaland() -> bytes:
+    """``output:0 = And(input:0, input1:0)``; graph inputs in order ``input1:0``, ``input:0``; bool[2,2]."""
+    g = h.make_graph([h.make_node("And", ["input:0", "input1:0"], ["output:0"])], "logicaland",
+                     [h.make_tensor_value_info("input1:0", T.BOOL, [2, 2]),
+                      h.make_tensor_value_info("input:0", T.BOOL, [2, 2])],
+                     [h.make_tensor_value_info("output:0", T.BOOL, [2, 2])])
+    return make_model(g)
+
+
+def identity(dtype=T.FLOAT, shape=(2, 2), name: str = "identity") -> bytes:
+    """``Y = Identity(X)`` with the given ONNX element type and shape (dims may be strings)."""
+    g = h.make_graph([h.make_node("Identity", ["X"], ["Y"])], name,
+                     [h.make_tensor_value_info("X", dtype, list(shape))],
+                     [h.make_tensor_value_info("Y", dtype, list(shape))])
+    return make_model(g)
+
+
+def add_mul_add() -> bytes:
+    """``C = (A + B) * B + A``; A, B float[2,2]; nodes ``add_0``, ``mul_0``, ``add_1`` (graph ``Main_graph``)."""
+    nodes = [h.make_node("Add", ["A", "B"], ["add_output"], name="add_0"),
+             h.make_node("Mul", ["add_output", "B"], ["mul_output"], name="mul_0"),
+             h.make_node("Add", ["mul_output", "A"], ["C"], name="add_1")]
+    g = h.make_graph(nodes, "Main_graph",
+                     [h.make_tensor_value_info("A", T.FLOAT, [2, 2]), h.make_tensor_value_info("B", T.FLOAT, [2, 2])],
+                     [h.make_tensor_value_info("C", T.FLOAT, [2, 2])])
+    return make_model(g)
+
+
+def conv_det_relu() -> bytes:
+    """Conv(1→1, 1×1) → reshape to [1,2,2] → Det → Relu: ``Det`` is not a QNN op (partition test).
+
+    X float[1,1,2,2] → Y float[1].
+    """
+    w = onnx.numpy_helper.from_array(np.full((1, 1, 1, 1), 0.5, np.float32), "w")
+    shape = onnx.numpy_helper.from_array(np.array([1, 2, 2], np.int64), "shape")
+    nodes = [h.make_node("Conv", ["X", "w"], ["c"], name="conv"),
+             h.make_node("Reshape", ["c", "shape"], ["r"], name="reshape"),
+             h.make_node("Det", ["r"], ["d"], name="det"),
+             h.make_node("Relu", ["d"], ["Y"], name="relu")]
+    g = h.make_graph(nodes, "partial", [h.make_tensor_value_info("X", T.FLOAT, [1, 1, 2, 2])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [1])], [w, shape])
+    return make_model(g)
