@@ -167,9 +167,11 @@ class OrtBackendSession(BackendSession):
 class ForeignBackendSession(BackendSession):
     """A backend session that does not run through ONNX Runtime (qai_appbuilder, SNPE, …).
 
-    Subclasses implement :meth:`run` and the metadata methods; the façade validates feeds with
-    :func:`onnxwrapper.validate_feed` semantics before calling :meth:`run` only if the subclass
-    asks for it through :attr:`validate_feeds_in_facade`.
+    Subclasses implement :meth:`run` and the metadata methods. When
+    :attr:`validate_feeds_in_facade` is True (the default) the façade first checks the feed with
+    :func:`onnxwrapper._feeds.validate_feed` against :meth:`get_inputs` — raising exactly what ORT
+    raises for missing/unknown names, dtypes, ranks and dims, casting lists as ORT does — and
+    resolves ``output_names`` (``None`` → all outputs), so :meth:`run` receives clean arguments.
     """
 
     #: when True the façade checks names, dtypes, ranks and dims of feeds (ORT's messages) first.
@@ -192,7 +194,14 @@ class ForeignBackendSession(BackendSession):
 
     @abc.abstractmethod
     def run(self, session, output_names, input_feed, run_options=None) -> list:
-        """Run one inference. ``input_feed`` is already validated and cast (see class doc).
+        """Run one inference.
+
+        Args:
+            session: the façade ``InferenceSession``.
+            output_names: ``list[str]``, already resolved and checked (never ``None``).
+            input_feed: ``{name: numpy.ndarray}`` validated against :meth:`get_inputs` (dtype,
+                rank, fixed dims); arrays may be non-contiguous.
+            run_options: ``onnxruntime.RunOptions`` or ``None``.
 
         Returns:
             One ``numpy.ndarray`` per requested output, in the requested order, with the ONNX

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import onnxruntime
 
+from onnxwrapper._feeds import check_output_names, validate_feed
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import select_backend
 from onnxwrapper.errors import BackendCapabilityError
@@ -114,13 +115,20 @@ class InferenceSession(_ORT):
     def _ow_bind_run_methods(self, backend_session) -> None:
         for method in backend_session.RUN_METHODS:
             impl = getattr(type(backend_session), method, None)
-            if impl is not None:
+            if method == "run" and self._ow_foreign and backend_session.validate_feeds_in_facade:
+                self._ow_run = self._ow_validated_foreign_run
+            elif impl is not None:
                 bound = getattr(backend_session, method)
                 setattr(self, "_ow_" + method, lambda *a, _b=bound, **k: _b(self, *a, **k))
             elif self._ow_foreign:
                 setattr(self, "_ow_" + method, self._ow_unsupported(method))
             else:
                 setattr(self, "_ow_" + method, getattr(super(), method))
+
+    def _ow_validated_foreign_run(self, output_names, input_feed, run_options=None):
+        arrays = validate_feed(self._inputs_meta, input_feed, output_names, self._outputs_meta)
+        names = check_output_names(output_names, self._outputs_meta)
+        return self._ow_backend_session.run(self, names, arrays, run_options)
 
     def _ow_unsupported(self, method: str):
         def raise_unsupported(*args, **kwargs):
@@ -178,6 +186,24 @@ class InferenceSession(_ORT):
         """As ``onnxruntime.InferenceSession.run_async``: ``callback(results, user_data, err)``
         is called from an ORT thread; ``err`` is ``""`` on success."""
         return self._ow_run_async(output_names, input_feed, callback, user_data, run_options)
+
+    # -- onnxwrapper additions --------------------------------------------------------------------
+    def get_partition(self):
+        """Which execution provider runs each node, as recorded by the backend.
+
+        Returns:
+            A :class:`onnxwrapper.PartitionReport` (per node name, op type and EP; counts per EP;
+            reasons where the backend knows them), or ``None`` when the backend records none (the
+            ``cpu`` backend runs what ORT runs and records nothing).
+        """
+        partition = getattr(self._ow_backend_session, "partition", None)
+        return partition() if callable(partition) else None
+
+    def close(self) -> None:
+        """Release backend resources now instead of at garbage collection (idempotent)."""
+        if not self._ow_closed and self._ow_backend_session is not None:
+            self._ow_closed = True
+            self._ow_backend_session.close()
 
     # -- ORT methods that need a real ORT session ------------------------------------------------
     def io_binding(self):

@@ -1,0 +1,492 @@
+"""Recording every ``InferenceSession`` run call into a capture directory (writer side).
+
+The on-disk format is open and versioned (``FORMAT``/``FORMAT_VERSION``); docs/diff.md is its
+specification and :mod:`onnxwrapper.diff._capture_reader` reads it. Layout::
+
+    <dir>/capture.json          header: format, version, status, limits, models, sessions
+    <dir>/calls.jsonl           one JSON object per recorded call, appended in completion order
+    <dir>/calls/<seq>.npz       that call's arrays: ``i<k>`` = k-th input, ``o<k>`` = k-th output
+                                (uncompressed, never pickled; names live in calls.jsonl)
+    <dir>/models/<key>.onnx     only for models that were given as bytes (needed for replay)
+
+A call's line is appended to calls.jsonl only after its .npz is complete, so a process that
+dies (even by SIGSEGV) leaves a consistent prefix. ``capture.json`` is replaced atomically when a
+new session appears and when recording stops.
+
+Limits: ``max_bytes`` bounds the array bytes written (plus stored models); when the next call
+would exceed it, recording stops for good, the header says so (``status == "truncated"``), a
+:class:`CaptureLimitWarning` is issued once and the script continues. ``max_calls_per_model``
+skips further calls of a model (counted in the header's ``skipped_calls``).
+
+Limits of the approach: ``run_with_iobinding`` calls record outputs only (ORT does not expose
+the bound inputs); non-tensor outputs (sequences, maps) are listed but not stored; the model key
+identifies the model file's bytes (sha256), not external-data files.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import queue
+import re
+import threading
+import warnings
+import weakref
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "DEFAULT_MAX_BYTES", "CaptureLimitWarning", "CaptureWriter",
+           "CaptureHandle", "start_capture", "model_key", "parse_size"]
+
+FORMAT = "onnxwrapper-capture"
+FORMAT_VERSION = 1
+#: default bound on bytes written by one capture (arrays + stored models): 2 GiB.
+DEFAULT_MAX_BYTES = 2 * 1024 ** 3
+_QUEUE_ITEMS = 16
+_hash_cache: dict[tuple, str] = {}
+_hash_lock = threading.Lock()
+
+
+class CaptureLimitWarning(UserWarning):
+    """Recording stopped (or skipped calls) because a capture limit was reached."""
+
+
+def parse_size(text: str | int) -> int:
+    """``"500M"``/``"2G"``/``"1.5GiB"``/``"1000"`` → bytes (powers of 1024 for K/M/G/T).
+
+    Raises:
+        ValueError: not a non-negative size.
+    """
+    if isinstance(text, int):
+        value = text
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
+        if not m:
+            raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 1000000)")
+        value = int(float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper()))
+    if value < 0:
+        raise ValueError(f"size must be >= 0, got {text!r}")
+    return value
+
+
+def _sha256_file(path: str) -> str:
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    with _hash_lock:
+        if key in _hash_cache:
+            return _hash_cache[key]
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    with _hash_lock:
+        _hash_cache[key] = digest.hexdigest()
+    return _hash_cache[key]
+
+
+def model_key(sha256: str, path: str | None) -> str:
+    """Deterministic model key: ``<file stem>-<first 12 hex of sha256>`` (``model-…`` for bytes).
+
+    The same model file gets the same key in every backend's capture, which is how calls of
+    different runs are matched to models.
+    """
+    stem = "model"
+    if path:
+        stem = os.path.basename(path)
+        stem = stem[:-5] if stem.lower().endswith(".onnx") else stem
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:48] or "model"
+    return f"{stem}-{sha256[:12]}"
+
+
+def _user_model(session) -> tuple[str | None, bytes | None]:
+    """The model the *user* gave the session: ``(path, None)`` or ``(None, bytes)``.
+
+    A backend may hand ORT a compiled artifact (EPContext model), so the façade's record of the
+    original argument is preferred when present; ORT's ``_model_path``/``_model_bytes`` are the
+    fallback.
+    """
+    for attr in ("_ow_request", "_ow_model_source"):
+        obj = getattr(session, attr, None)
+        if obj is None:
+            continue
+        given = getattr(obj, "path_or_bytes", None)
+        if given is None and getattr(obj, "path", None) is not None:
+            given = obj.path
+        if isinstance(given, (str, os.PathLike)):
+            return os.fspath(given), None
+        if isinstance(given, bytes):
+            return None, given
+    path = getattr(session, "_model_path", None)
+    if path:
+        return os.fspath(path), None
+    data = getattr(session, "_model_bytes", None)
+    return None, data if isinstance(data, bytes) else None
+
+
+def _meta(items) -> list[dict]:
+    return [{"name": a.name, "type": getattr(a, "type", None),
+             "shape": [d if isinstance(d, (int, str)) or d is None else str(d) for d in (a.shape or [])]}
+            for a in items]
+
+
+def _to_array(value) -> np.ndarray | None:
+    """A copy of ``value`` as a numpy array (OrtValue, list, array); ``None`` for non-tensors."""
+    if hasattr(value, "numpy") and hasattr(value, "is_tensor"):
+        if not value.is_tensor():
+            return None
+        value = value.numpy()
+    if isinstance(value, (dict, tuple)) or (isinstance(value, list) and value and isinstance(value[0], dict)):
+        return None
+    arr = np.array(value, copy=True)
+    if arr.dtype == object:
+        try:
+            arr = arr.astype(str)
+        except (TypeError, ValueError):
+            return None
+    return arr
+
+
+@dataclass
+class _Session:
+    ordinal: int
+    model: str
+    calls: int = 0
+
+
+class CaptureWriter:
+    """Writes one capture directory; :meth:`observe` has the ``add_run_observer`` signature.
+
+    Args:
+        directory: capture directory, created if missing; it must not already hold a capture.
+        max_bytes: bound on bytes written (arrays + stored models). Defaults to 2 GiB.
+        max_calls_per_model: record at most this many calls per model key; ``None`` = no bound.
+        store_models: ``"bytes"`` (default) stores models given as bytes; ``"all"`` also copies
+            models given as paths; ``"none"`` stores nothing (replay then needs the paths).
+        metadata: extra JSON-serializable facts stored under ``"metadata"`` in the header.
+        background: write .npz files on a background thread (default True; the observer then
+            only copies arrays). Call :meth:`close` to flush.
+
+    Raises:
+        FileExistsError: ``directory`` already contains ``capture.json``.
+    """
+
+    def __init__(self, directory, *, max_bytes: int | str = DEFAULT_MAX_BYTES,
+                 max_calls_per_model: int | None = None, store_models: str = "bytes",
+                 metadata: Mapping[str, Any] | None = None, background: bool = True) -> None:
+        if store_models not in ("bytes", "all", "none"):
+            raise ValueError(f"store_models must be 'bytes', 'all' or 'none', got {store_models!r}")
+        self.directory = os.fspath(directory)
+        if os.path.exists(os.path.join(self.directory, "capture.json")):
+            raise FileExistsError(f"{self.directory} already holds a capture (capture.json); "
+                                  f"choose a new directory or delete the old capture.")
+        os.makedirs(os.path.join(self.directory, "calls"), exist_ok=True)
+        self.max_bytes = parse_size(max_bytes)
+        self.max_calls_per_model = max_calls_per_model
+        self.store_models = store_models
+        self._lock = threading.RLock()
+        self._sessions: "weakref.WeakKeyDictionary[Any, _Session]" = weakref.WeakKeyDictionary()
+        self._session_records: list[dict] = []
+        self._models: dict[str, dict] = {}
+        self._model_calls: dict[str, int] = {}
+        self._skipped: dict[str, int] = {}
+        self._seq = 0
+        self._bytes = 0
+        self._truncated: dict | None = None
+        self._status = "recording"
+        self._errors: list[str] = []
+        self._closed = False
+        self._header = {"format": FORMAT, "version": FORMAT_VERSION,
+                        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                        "tool": _tool_versions(), "metadata": dict(metadata or {}),
+                        "limits": {"max_bytes": self.max_bytes, "max_calls_per_model": max_calls_per_model}}
+        self._calls_file = open(os.path.join(self.directory, "calls.jsonl"), "a", encoding="utf-8")
+        self._queue: queue.Queue | None = None
+        self._thread = None
+        if background:
+            self._queue = queue.Queue(maxsize=_QUEUE_ITEMS)
+            self._thread = threading.Thread(target=self._drain, name="onnxwrapper-capture", daemon=True)
+            self._thread.start()
+        self._write_header()
+
+    # -- observer -------------------------------------------------------------------------------
+    def observe(self, *, session, method, output_names, input_feed, run_options=None, outputs=None,
+                seconds=0.0, **_ignored) -> None:
+        """Record one call (the ``onnxwrapper.add_run_observer`` contract). Never raises for a
+        capture problem: failures are kept in the header's ``errors`` list instead."""
+        try:
+            self._observe(session, method, output_names, input_feed, outputs, seconds)
+        except Exception as exc:  # a capture bug must not break the user's script
+            with self._lock:
+                if len(self._errors) < 20:
+                    self._errors.append(f"{type(exc).__name__}: {exc}")
+
+    __call__ = observe
+
+    def _observe(self, session, method, output_names, input_feed, outputs, seconds) -> None:
+        with self._lock:
+            if self._closed or self._truncated is not None:
+                return
+            sess = self._session_for(session)
+            key = sess.model
+            call_index = sess.calls
+            sess.calls += 1
+            if self.max_calls_per_model is not None and self._model_calls.get(key, 0) >= self.max_calls_per_model:
+                self._skipped[key] = self._skipped.get(key, 0) + 1
+                return
+        names_out = self._resolve_output_names(session, method, output_names, input_feed, outputs)
+        arrays: dict[str, np.ndarray] = {}
+        inputs_meta, outputs_meta = [], []
+        if method != "run_with_iobinding":
+            for k, (name, value) in enumerate(dict(input_feed).items()):
+                arr = _to_array(value)
+                inputs_meta.append(_array_meta(name, arr, f"i{k}"))
+                if arr is not None:
+                    arrays[f"i{k}"] = arr
+        values = outputs
+        if method == "run_with_iobinding":
+            values = input_feed.copy_outputs_to_cpu()
+        for k, value in enumerate(values or []):
+            arr = _to_array(value)
+            name = names_out[k] if k < len(names_out) else f"output_{k}"
+            outputs_meta.append(_array_meta(name, arr, f"o{k}"))
+            if arr is not None:
+                arrays[f"o{k}"] = arr
+        nbytes = sum(a.nbytes for a in arrays.values()) + 512
+        with self._lock:
+            if self._closed or self._truncated is not None:
+                return
+            if self._bytes + nbytes > self.max_bytes:
+                self._truncate(f"size limit of {_fmt_bytes(self.max_bytes)} reached at call {self._seq} "
+                               f"(model {key}, {_fmt_bytes(nbytes)} more needed)")
+                return
+            self._bytes += nbytes
+            self._model_calls[key] = self._model_calls.get(key, 0) + 1
+            seq = self._seq
+            self._seq += 1
+        record = {"seq": seq, "session": sess.ordinal, "index": call_index, "model": key, "method": method,
+                  "requested_output_names": list(output_names) if output_names else None,
+                  "output_names": names_out, "inputs": inputs_meta, "outputs": outputs_meta,
+                  "file": f"calls/{seq:06d}.npz", "seconds": float(seconds)}
+        if self._queue is not None:
+            self._queue.put((record, arrays))
+        else:
+            self._write_call(record, arrays)
+
+    def _resolve_output_names(self, session, method, output_names, input_feed, outputs) -> list[str]:
+        if output_names:
+            return [str(n) for n in output_names]
+        try:
+            names = [o.name for o in session.get_outputs()]
+        except Exception:  # foreign or broken session: fall back to positions
+            names = []
+        count = len(outputs or []) if method != "run_with_iobinding" else len(names)
+        return names[:count] if len(names) >= count else [f"output_{k}" for k in range(count)]
+
+    def _session_for(self, session) -> _Session:
+        sess = self._sessions.get(session)
+        if sess is not None:
+            return sess
+        path, data = _user_model(session)
+        sha = _sha256_file(path) if path and os.path.isfile(path) else hashlib.sha256(data or b"").hexdigest()
+        key = model_key(sha, path)
+        if key not in self._models:
+            self._models[key] = self._model_record(session, key, sha, path, data)
+        ordinal = len(self._session_records)
+        sess = _Session(ordinal, key)
+        self._sessions[session] = sess
+        backend = getattr(session, "backend_name", None) or "onnxruntime"
+        config = getattr(getattr(session, "_ow_backend", None), "config", None) or {}
+        try:
+            providers = list(session.get_providers())
+        except Exception:
+            providers = []
+        self._session_records.append({"ordinal": ordinal, "model": key, "backend": backend,
+                                      "backend_options": _jsonable(config), "providers": providers})
+        self._write_header()
+        return sess
+
+    def _model_record(self, session, key, sha, path, data) -> dict:
+        stored = None
+        if (data is not None and self.store_models != "none") or (path and self.store_models == "all"):
+            blob = data if data is not None else open(path, "rb").read()
+            if self._bytes + len(blob) <= self.max_bytes:
+                os.makedirs(os.path.join(self.directory, "models"), exist_ok=True)
+                stored = f"models/{key}.onnx"
+                _atomic_write(os.path.join(self.directory, stored), blob)
+                self._bytes += len(blob)
+        rec = {"sha256": sha, "path": os.path.abspath(path) if path else None, "stored": stored,
+               "size_bytes": os.path.getsize(path) if path and os.path.isfile(path) else len(data or b"")}
+        try:
+            rec["inputs"] = _meta(session.get_inputs())
+            rec["outputs"] = _meta(session.get_outputs())
+        except Exception:
+            rec["inputs"], rec["outputs"] = [], []
+        return rec
+
+    # -- writing --------------------------------------------------------------------------------
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                self._write_call(*item)
+            finally:
+                self._queue.task_done()
+
+    def _write_call(self, record: dict, arrays: dict) -> None:
+        try:
+            path = os.path.join(self.directory, record["file"])
+            with open(path + ".tmp", "wb") as f:
+                np.savez(f, allow_pickle=False, **arrays)
+            os.replace(path + ".tmp", path)
+            line = json.dumps(record, separators=(",", ":")) + "\n"
+            with self._lock:
+                self._calls_file.write(line)
+                self._calls_file.flush()
+        except Exception as exc:
+            with self._lock:
+                if len(self._errors) < 20:
+                    self._errors.append(f"call {record.get('seq')}: {type(exc).__name__}: {exc}")
+
+    def _truncate(self, reason: str) -> None:
+        self._truncated = {"reason": reason, "at_call": self._seq}
+        self._status = "truncated"
+        self._write_header()
+        warnings.warn(f"onnxwrapper capture: {reason}; recording stopped, the script goes on. "
+                      f"Calls recorded so far stay usable. Raise the limit with max_bytes= "
+                      f"(aipc: --max-capture-bytes) or record fewer calls (max_calls_per_model=).",
+                      CaptureLimitWarning, stacklevel=4)
+
+    def _write_header(self) -> None:
+        header = dict(self._header)
+        header.update({"status": self._status, "truncated": self._truncated,
+                       "bytes_written": self._bytes, "calls_recorded": self._seq,
+                       "skipped_calls": dict(self._skipped), "errors": list(self._errors),
+                       "models": self._models, "sessions": self._session_records,
+                       "calls_file": "calls.jsonl"})
+        _atomic_write(os.path.join(self.directory, "capture.json"),
+                      json.dumps(header, indent=1, default=str).encode())
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def bytes_written(self) -> int:
+        """Bytes accounted so far (array bytes of recorded calls + stored models)."""
+        return self._bytes
+
+    @property
+    def calls_recorded(self) -> int:
+        """Number of calls recorded (not counting skipped or dropped ones)."""
+        return self._seq
+
+    @property
+    def truncated(self) -> dict | None:
+        """``{"reason", "at_call"}`` once the size limit stopped recording, else ``None``."""
+        return self._truncated
+
+    def close(self) -> None:
+        """Flush pending writes and finalize ``capture.json``. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._queue is not None:
+            self._queue.put(None)
+            self._thread.join()
+        with self._lock:
+            if self._status == "recording":
+                self._status = "complete"
+            self._calls_file.close()
+            self._write_header()
+
+
+class CaptureHandle:
+    """What :func:`start_capture` returns: ``.writer`` and ``.stop()`` (idempotent)."""
+
+    def __init__(self, writer: CaptureWriter, undo) -> None:
+        self.writer = writer
+        self._undo = undo
+
+    @property
+    def directory(self) -> str:
+        """The capture directory."""
+        return self.writer.directory
+
+    def stop(self) -> str:
+        """Stop observing, flush, finalize the header; returns the capture directory."""
+        self._undo()
+        self.writer.close()
+        return self.writer.directory
+
+    def __enter__(self) -> "CaptureHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_capture(directory, *, max_bytes: int | str = DEFAULT_MAX_BYTES, max_calls_per_model: int | None = None,
+                  store_models: str = "bytes", metadata: Mapping[str, Any] | None = None) -> CaptureHandle:
+    """Record every run call of every ``onnxwrapper.InferenceSession`` in this process.
+
+    Args:
+        directory: new capture directory (see module docstring for the layout).
+        max_bytes: bound on bytes written, int or ``"500M"``-style text. Defaults to 2 GiB.
+        max_calls_per_model: record at most this many calls per model; ``None`` = all.
+        store_models: see :class:`CaptureWriter`.
+        metadata: JSON-serializable facts stored in the header (e.g. the script and its args).
+
+    Returns:
+        A :class:`CaptureHandle`; call ``.stop()`` (or use ``with``) to finalize.
+    """
+    from onnxwrapper import add_run_observer
+
+    writer = CaptureWriter(directory, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model,
+                           store_models=store_models, metadata=metadata)
+    return CaptureHandle(writer, add_run_observer(writer.observe))
+
+
+def _array_meta(name: str, arr: np.ndarray | None, key: str) -> dict:
+    if arr is None:
+        return {"name": name, "key": None, "kind": "non-tensor"}
+    return {"name": name, "key": key, "dtype": arr.dtype.str if arr.dtype.kind == "U" else str(arr.dtype),
+            "shape": list(arr.shape)}
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        if isinstance(value, Mapping):
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_jsonable(v) for v in value]
+        return str(value)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _tool_versions() -> dict:
+    import onnxruntime
+
+    from onnxwrapper._version import __version__
+
+    return {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__}

@@ -1,0 +1,51 @@
+"""Shared fixtures: the two modules under the fidelity contract, model files, QNN availability."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import onnxruntime
+import onnxwrapper
+
+from tests import models
+
+
+@pytest.fixture(params=["onnxruntime", "onnxwrapper"])
+def rt(request):
+    """The module under test: API-fidelity tests run the same assertions against both."""
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture
+def mul_1_path(tmp_path):
+    """``mul_1.onnx`` on disk (Y = X * W, X float[3,2])."""
+    path = tmp_path / "mul_1.onnx"
+    path.write_bytes(models.mul_1())
+    return path
+
+
+def qnn_available() -> bool:
+    """True when onnxruntime-qnn can be imported (the HTP simulator on x86-64 Linux)."""
+    try:
+        importlib.import_module("onnxruntime_qnn")
+    except ImportError:
+        return False
+    return True
+
+
+def run_python(code: str, *args: str, env: dict | None = None, timeout: float = 600,
+               cwd=None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (QNN configuration is process-global)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+                          text=True, env=full_env, timeout=timeout, cwd=cwd)
+
+
+assert onnxruntime is not None and onnxwrapper is not None
