@@ -49,9 +49,12 @@ class Availability:
         install_hint: the command or step that would make it available (e.g.
             ``pip install 'onnxwrapper[qnn]'``); empty when nothing can be installed.
         real_npu: True only when a physical NPU runs the graphs. ``auto`` selection considers
-            only backends with ``real_npu``; a simulated NPU is never picked automatically.
+            only backends with ``real_npu`` (and ``auto_selectable``); a simulated NPU is never
+            picked automatically.
         simulated: True when the device is emulated on the host CPU (e.g. the QNN HTP simulator
             of ``onnxruntime-qnn`` on x86-64): device numerics, not device speed.
+        auto_selectable: False for backends that must be asked for by name even on a real NPU
+            (e.g. ``qai``/``snpe`` only run precompiled artifacts, not arbitrary ONNX models).
         details: free-form facts for listings (SDK versions, device names).
     """
 
@@ -60,6 +63,7 @@ class Availability:
     install_hint: str = ""
     real_npu: bool = False
     simulated: bool = False
+    auto_selectable: bool = True
     details: Mapping[str, str] = field(default_factory=dict)
 
 

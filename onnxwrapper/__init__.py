@@ -28,6 +28,7 @@ from onnxwrapper.errors import (
     BackendError,
     BackendNotFoundError,
     BackendOptionError,
+    BackendRunError,
     BackendUnavailableError,
     BackendValidationError,
     OnnxwrapperError,
@@ -48,6 +49,7 @@ _OWN = [
     "BackendValidationError",
     "BackendCapabilityError",
     "BackendConfigConflictError",
+    "BackendRunError",
     "PartitionError",
     "ArtifactError",
 ]

@@ -45,6 +45,7 @@ class BackendInfo:
     install_hint: str = ""
     real_npu: bool = False
     simulated: bool = False
+    auto_selectable: bool = True
     execution_providers: tuple = ()
     distribution: str | None = None
     details: Mapping[str, str] = field(default_factory=dict)
@@ -196,6 +197,7 @@ class BackendRegistry:
             result.append(BackendInfo(
                 name=name, aliases=tuple(cls.aliases), available=av.available, reason=av.reason,
                 install_hint=av.install_hint, real_npu=av.real_npu, simulated=av.simulated,
+                auto_selectable=av.auto_selectable,
                 execution_providers=tuple(cls.execution_providers),
                 distribution=self._distributions.get(name), details=dict(av.details)))
         return result

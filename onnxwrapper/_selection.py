@@ -8,8 +8,9 @@ Order (first that applies wins):
    says so (as ORT warns about an unavailable provider) and the next provider is considered,
    ending at ``cpu``.
 3. ``ONNXWRAPPER_BACKEND`` environment variable — explicit: an unavailable backend raises.
-4. ``auto`` — the first backend with a real NPU on this host, else ``cpu``. A simulated NPU (the
-   QNN HTP simulator on x86-64) is never picked automatically.
+4. ``auto`` — the first backend with a real NPU on this host that accepts any ONNX model
+   (``Availability.auto_selectable``), else ``cpu``. A simulated NPU (the QNN HTP simulator on
+   x86-64) is never picked automatically.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def select_backend(requested, providers, env: Mapping[str, str], registry) -> Se
         except Exception as exc:  # one broken plugin must not stop auto selection
             _log.warning("backend %s could not be probed: %s", name, exc)
             continue
-        if av.available and av.real_npu:
+        if av.available and av.real_npu and av.auto_selectable:
             _log.info("onnxwrapper: auto-selected backend '%s' (real NPU on this host)", name)
             return Selection(name, "auto", f"backend '{name}' has a real NPU on this host")
     _log.info("onnxwrapper: auto-selected backend 'cpu' (no real NPU on this host)")

@@ -17,6 +17,7 @@ Hierarchy::
     │   │   ├── BackendValidationError        a plugin does not satisfy the backend protocol
     │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
     │   │   ├── BackendConfigConflictError    (also RuntimeError) process-global config clash
+    │   │   ├── BackendRunError               (also onnxruntime EPFail) the native runtime failed
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   └── ArtifactError                     .path: compiled artifact or cache entry problems
     └── InternalError                         a broken invariant inside onnxwrapper (a bug:
@@ -24,6 +25,8 @@ Hierarchy::
 """
 
 from __future__ import annotations
+
+from onnxruntime.capi.onnxruntime_pybind11_state import EPFail as _OrtEPFail
 
 __all__ = [
     "OnnxwrapperError",
@@ -34,6 +37,7 @@ __all__ = [
     "BackendValidationError",
     "BackendCapabilityError",
     "BackendConfigConflictError",
+    "BackendRunError",
     "PartitionError",
     "ArtifactError",
     "InternalError",
@@ -109,6 +113,16 @@ class BackendConfigConflictError(BackendError, RuntimeError):
         super().__init__(message, backend=backend)
         self.active = active
         self.requested = requested
+
+
+class BackendRunError(BackendError, _OrtEPFail):
+    """A backend's native runtime failed to run the graph (qai_appbuilder returned no outputs,
+    snpe-net-run exited non-zero, an output had the wrong byte size).
+
+    Also onnxruntime's ``EPFail`` — the class ORT raises when an execution provider fails — so
+    ``except EPFail`` in user code keeps working. Messages start with ORT's
+    ``[ONNXRuntimeError] : 11 : EP_FAIL : `` prefix.
+    """
 
 
 class PartitionError(BackendError, RuntimeError):

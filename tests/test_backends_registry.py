@@ -34,11 +34,12 @@ class FakeNpuBackend(Backend):
     npu = True
     available = True
     real = True
+    auto = True
 
     @classmethod
     def probe(cls):
         return Availability(cls.available, reason="" if cls.available else "no fake device",
-                            install_hint="plug in the fake device", real_npu=cls.real)
+                            install_hint="plug in the fake device", real_npu=cls.real, auto_selectable=cls.auto)
 
     def open(self, request):
         return OrtBackendSession(request.path_or_bytes, request.sess_options, None, None, {"enable_fallback": 0})
@@ -86,7 +87,7 @@ class FakeForeignBackend(Backend):
 def fakes(monkeypatch):
     monkeypatch.delenv("ONNXWRAPPER_BACKEND", raising=False)
     reg = default_registry()
-    FakeNpuBackend.available, FakeNpuBackend.real = True, True
+    FakeNpuBackend.available, FakeNpuBackend.real, FakeNpuBackend.auto = True, True, True
     reg.register(FakeNpuBackend)
     reg.register(FakeForeignBackend)
     yield reg
@@ -108,6 +109,10 @@ def test_selection_order(fakes, monkeypatch):
     sel = select_backend(None, None, {"ONNXWRAPPER_BACKEND": "Fake-NPU"}, fakes)
     assert (sel.name, sel.source) == ("fakenpu", "environment")
     assert select_backend(None, None, {}, fakes).name == "fakenpu"  # auto: a real NPU
+    FakeNpuBackend.auto = False
+    fakes.register(FakeNpuBackend)
+    assert select_backend(None, None, {}, fakes).name == "cpu"  # real NPU, but artifacts-only backend
+    FakeNpuBackend.auto = True
     FakeNpuBackend.real = False
     fakes.register(FakeNpuBackend)
     sel = select_backend(None, None, {}, fakes)

@@ -1,0 +1,443 @@
+"""Raw QNN context binaries: what they hold, read through libQnnSystem, and their EPContext wrapper.
+
+A QNN context binary (``.bin``: ``qnn-context-binary-generator`` output, Qualcomm AI Hub
+downloads, ORT's ``*_ctx_qnn.bin``) is opaque; its metadata — graphs, their input/output tensors
+with names, dims, data types and quantization encodings — is read with the QNN System library
+(``QnnSystemInterface_getProviders`` → ``systemContextCreate`` / ``systemContextGetBinaryInfo`` /
+``systemContextFree``), loaded with ``ctypes`` from onnxruntime-qnn's package folder (or
+``$ONNXWRAPPER_QNN_SYSTEM_LIB``). Struct layouts follow QNN SDK 2.x's public headers
+``QnnTypes.h`` / ``System/QnnSystemContext.h`` / ``System/QnnSystemInterface.h`` (binary info
+v1–v3, graph info v1–v3, tensor v1–v2) for 64-bit hosts.
+
+* :func:`read_binary_info` — :class:`BinaryInfo` of a ``.bin`` (used by ``aipc inspect``, by the
+  ``qai`` backend to list graph names, and to check IO before loading).
+* :func:`epcontext_model` — an EPContext ONNX model (``com.microsoft.EPContext``, embed mode 0,
+  ``source="QNNExecutionProvider"``) that makes ORT's QNN EP run one graph of the binary, with
+  the binary's tensor names and types.
+* :func:`wrap_raw_binary` — that wrapper, cached in the artifact cache, for one graph.
+* :func:`resolve_raw_context_binary` — resolver for the ``qnn`` backend's
+  ``register_artifact_resolver`` (see ``backends/_qnn_artifacts.py``).
+
+Limits: the reader needs a libQnnSystem matching the binary's QNN version (newer binaries may be
+rejected by an older library: :class:`~onnxwrapper.errors.ArtifactError`). Quantized IO is
+described (scale/offset) but the EPContext wrapper only declares non-quantized types (float,
+integers, bool); a quantized graph interface raises ArtifactError there.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+
+from onnxwrapper.errors import ArtifactError
+
+__all__ = ["TensorInfo", "GraphInfo", "BinaryInfo", "read_binary_info", "system_library", "epcontext_model",
+           "wrap_raw_binary", "resolve_raw_context_binary", "RAW_BINARY_SUFFIXES"]
+
+ENV_SYSTEM_LIB = "ONNXWRAPPER_QNN_SYSTEM_LIB"
+
+# -- QnnTypes.h ---------------------------------------------------------------------------------
+#: Qnn_DataType_t → qai_appbuilder-style type name (fixed-point types are quantized)
+DATA_TYPES = {0x0008: "int8", 0x0016: "int16", 0x0032: "int32", 0x0064: "int64", 0x0108: "uint8",
+              0x0116: "uint16", 0x0132: "uint32", 0x0164: "uint64", 0x0216: "float16", 0x0232: "float32",
+              0x0264: "float64", 0x0304: "sfp4", 0x0308: "sfp8", 0x0316: "sfp16", 0x0332: "sfp32",
+              0x0404: "ufp4", 0x0408: "ufp8", 0x0416: "ufp16", 0x0432: "ufp32", 0x0508: "bool_"}
+_SCALE_OFFSET, _BW_SCALE_OFFSET = 0, 2
+_DEFINED = 1
+
+
+class _ScaleOffset(ct.Structure):
+    _fields_ = [("scale", ct.c_float), ("offset", ct.c_int32)]
+
+
+class _BwScaleOffset(ct.Structure):
+    _fields_ = [("bitwidth", ct.c_uint32), ("scale", ct.c_float), ("offset", ct.c_int32)]
+
+
+class _BwAxisScaleOffset(ct.Structure):
+    _fields_ = [("bitwidth", ct.c_uint32), ("axis", ct.c_int32), ("numElements", ct.c_uint32),
+                ("scales", ct.c_void_p), ("offsets", ct.c_void_p)]
+
+
+class _QuantUnion(ct.Union):
+    # Qnn_BwAxisScaleOffset_t is the largest member; the axis/block/vector encodings are ≤ it
+    _fields_ = [("scaleOffset", _ScaleOffset), ("bwScaleOffset", _BwScaleOffset),
+                ("bwAxisScaleOffset", _BwAxisScaleOffset)]
+
+
+class _QuantizeParams(ct.Structure):
+    _fields_ = [("encodingDefinition", ct.c_uint32), ("quantizationEncoding", ct.c_uint32), ("u", _QuantUnion)]
+
+
+class _MemUnion(ct.Union):
+    _fields_ = [("data", ct.c_void_p), ("clientBuf", ct.c_void_p * 2)]
+
+
+class _SparseParams(ct.Structure):
+    _fields_ = [("type", ct.c_uint32), ("numSpecifiedElements", ct.c_uint32), ("numSparseDimensions", ct.c_uint32)]
+
+
+class _TensorV1(ct.Structure):
+    _fields_ = [("id", ct.c_uint32), ("name", ct.c_char_p), ("type", ct.c_uint32), ("dataFormat", ct.c_uint32),
+                ("dataType", ct.c_uint32), ("quantizeParams", _QuantizeParams), ("rank", ct.c_uint32),
+                ("dimensions", ct.POINTER(ct.c_uint32)), ("memType", ct.c_uint32), ("mem", _MemUnion)]
+
+
+class _TensorV2(ct.Structure):
+    _fields_ = _TensorV1._fields_ + [("isDynamicDimensions", ct.POINTER(ct.c_uint8)),
+                                     ("sparseParams", _SparseParams), ("isProduced", ct.c_uint8)]
+
+
+class _Tensor(ct.Structure):
+    _fields_ = [("version", ct.c_uint32), ("u", type("_TensorUnion", (ct.Union,), {
+        "_fields_": [("v1", _TensorV1), ("v2", _TensorV2)]}))]
+
+
+# -- System/QnnSystemContext.h ------------------------------------------------------------------
+_GRAPH_V1 = [("graphName", ct.c_char_p), ("numGraphInputs", ct.c_uint32), ("graphInputs", ct.POINTER(_Tensor)),
+             ("numGraphOutputs", ct.c_uint32), ("graphOutputs", ct.POINTER(_Tensor))]
+_GRAPH_V2 = _GRAPH_V1 + [("numUpdateableTensors", ct.c_uint32), ("updateableTensors", ct.POINTER(_Tensor))]
+_GRAPH_V3 = _GRAPH_V2 + [("graphBlobInfoSize", ct.c_uint32), ("graphBlobInfo", ct.c_void_p),
+                         ("startOpIndex", ct.c_uint32), ("endOpIndex", ct.c_uint32)]
+
+
+class _GraphInfo(ct.Structure):
+    _fields_ = [("version", ct.c_uint32), ("u", type("_GraphUnion", (ct.Union,), {"_fields_": [
+        ("v1", type("_GraphV1", (ct.Structure,), {"_fields_": _GRAPH_V1})),
+        ("v2", type("_GraphV2", (ct.Structure,), {"_fields_": _GRAPH_V2})),
+        ("v3", type("_GraphV3", (ct.Structure,), {"_fields_": _GRAPH_V3}))]}))]
+
+
+class _Version(ct.Structure):
+    _fields_ = [("major", ct.c_uint32), ("minor", ct.c_uint32), ("patch", ct.c_uint32)]
+
+
+_BIN_HEAD = [("backendId", ct.c_uint32), ("buildId", ct.c_char_p), ("coreApiVersion", _Version),
+             ("backendApiVersion", _Version), ("socVersion", ct.c_char_p)]
+_BIN_V1 = _BIN_HEAD + [("hwInfoBlobVersion", _Version), ("contextBlobVersion", _Version),
+                       ("hwInfoBlobSize", ct.c_uint32), ("hwInfoBlob", ct.c_void_p), ("contextBlobSize", ct.c_uint64),
+                       ("numContextTensors", ct.c_uint32), ("contextTensors", ct.POINTER(_Tensor)),
+                       ("numGraphs", ct.c_uint32), ("graphs", ct.POINTER(_GraphInfo))]
+_BIN_V2 = _BIN_V1 + [("platformInfo", ct.c_void_p)]
+_BIN_V3 = _BIN_HEAD + [("contextBlobVersion", _Version), ("contextBlobSize", ct.c_uint64),
+                       ("numContextTensors", ct.c_uint32), ("contextTensors", ct.POINTER(_Tensor)),
+                       ("numGraphs", ct.c_uint32), ("graphs", ct.POINTER(_GraphInfo)), ("platformInfo", ct.c_void_p),
+                       ("contextMetadataSize", ct.c_uint32), ("contextMetadata", ct.c_void_p),
+                       ("socModel", ct.c_uint32)]
+
+
+class _BinaryInfo(ct.Structure):
+    _fields_ = [("version", ct.c_uint32), ("u", type("_BinaryUnion", (ct.Union,), {"_fields_": [
+        ("v1", type("_BinV1", (ct.Structure,), {"_fields_": _BIN_V1})),
+        ("v2", type("_BinV2", (ct.Structure,), {"_fields_": _BIN_V2})),
+        ("v3", type("_BinV3", (ct.Structure,), {"_fields_": _BIN_V3}))]}))]
+
+
+# -- System/QnnSystemInterface.h ----------------------------------------------------------------
+_CreateFn = ct.CFUNCTYPE(ct.c_uint64, ct.POINTER(ct.c_void_p))
+_GetBinaryInfoFn = ct.CFUNCTYPE(ct.c_uint64, ct.c_void_p, ct.c_void_p, ct.c_uint64,
+                                ct.POINTER(ct.POINTER(_BinaryInfo)), ct.POINTER(ct.c_uint64))
+_FreeFn = ct.CFUNCTYPE(ct.c_uint64, ct.c_void_p)
+
+
+class _SystemInterface(ct.Structure):
+    _fields_ = [("backendId", ct.c_uint32), ("providerName", ct.c_char_p), ("systemApiVersion", _Version),
+                ("systemContextCreate", _CreateFn), ("systemContextGetBinaryInfo", _GetBinaryInfoFn),
+                ("systemContextGetMetaData", ct.c_void_p), ("systemContextFree", _FreeFn)]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One graph input/output: QNN ``name``, ``shape`` (ints), ``dtype`` (``"float32"``, ``"ufp8"``, …),
+    ``scale``/``offset`` for per-tensor quantized types (real = scale * (q + offset)), else ``None``."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    scale: float | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """One graph: ``name``, ``inputs`` and ``outputs`` (:class:`TensorInfo`, QNN order)."""
+
+    name: str
+    inputs: tuple
+    outputs: tuple
+
+
+@dataclass(frozen=True)
+class BinaryInfo:
+    """What a context binary holds: ``path``, QNN ``build_id``, ``soc_version`` and ``graphs``."""
+
+    path: str
+    build_id: str
+    soc_version: str
+    graphs: tuple
+
+    def graph(self, selector=None) -> GraphInfo:
+        """The graph by name or index; the only graph when ``selector`` is ``None``.
+
+        Raises:
+            ArtifactError: unknown name/index, or several graphs and no selector.
+        """
+        names = [g.name for g in self.graphs]
+        if selector is None and len(self.graphs) == 1:
+            return self.graphs[0]
+        if isinstance(selector, int) and not isinstance(selector, bool) and 0 <= selector < len(self.graphs):
+            return self.graphs[selector]
+        if isinstance(selector, str) and selector in names:
+            return self.graphs[names.index(selector)]
+        raise ArtifactError(f"{self.path} holds graphs {names}; select one with backend_options={{'graph': "
+                            f"<name or index>}} (got {selector!r}).", path=self.path)
+
+
+def system_library() -> str | None:
+    """Path of the QNN System library: ``$ONNXWRAPPER_QNN_SYSTEM_LIB``, else onnxruntime-qnn's, else
+    the one bundled in qai_appbuilder's ``libs/`` (found without importing it), else None."""
+    import importlib.util
+
+    if os.environ.get(ENV_SYSTEM_LIB):
+        return os.environ[ENV_SYSTEM_LIB]
+    name = "QnnSystem.dll" if sys.platform == "win32" else "libQnnSystem.so"
+    folders = []
+    try:
+        import onnxruntime_qnn
+
+        folders.append(os.path.dirname(onnxruntime_qnn.get_library_path()))
+    except ImportError:
+        pass
+    spec = importlib.util.find_spec("qai_appbuilder")
+    if spec is not None and spec.origin:
+        folders.append(os.path.join(os.path.dirname(spec.origin), "libs"))
+    return next((os.path.join(f, name) for f in folders if os.path.isfile(os.path.join(f, name))), None)
+
+
+@lru_cache(maxsize=4)
+def _interface(lib_path: str) -> _SystemInterface:
+    lib = ct.CDLL(lib_path)
+    get = lib.QnnSystemInterface_getProviders
+    get.restype = ct.c_uint64
+    get.argtypes = [ct.POINTER(ct.POINTER(ct.POINTER(_SystemInterface))), ct.POINTER(ct.c_uint32)]
+    providers, count = ct.POINTER(ct.POINTER(_SystemInterface))(), ct.c_uint32()
+    if get(ct.byref(providers), ct.byref(count)) != 0 or count.value == 0:
+        raise OSError(f"QnnSystemInterface_getProviders failed in {lib_path}")
+    iface = providers[0].contents
+    if iface.systemApiVersion.major != 1:
+        raise OSError(f"{lib_path}: unsupported QNN System API {iface.systemApiVersion.major}."
+                      f"{iface.systemApiVersion.minor}")
+    iface._lib = lib  # keep the library loaded as long as the interface is used
+    return iface
+
+
+def _tensor(t: _Tensor) -> TensorInfo:
+    body = t.u.v1 if t.version == 1 else t.u.v2
+    dims = tuple(int(body.dimensions[i]) for i in range(body.rank)) if body.dimensions else ()
+    dtype = DATA_TYPES.get(body.dataType, f"0x{body.dataType:04x}")
+    q = body.quantizeParams
+    scale = offset = None
+    if q.encodingDefinition == _DEFINED and q.quantizationEncoding == _SCALE_OFFSET:
+        scale, offset = float(q.u.scaleOffset.scale), int(q.u.scaleOffset.offset)
+    elif q.encodingDefinition == _DEFINED and q.quantizationEncoding == _BW_SCALE_OFFSET:
+        scale, offset = float(q.u.bwScaleOffset.scale), int(q.u.bwScaleOffset.offset)
+    return TensorInfo(body.name.decode(), dims, dtype, scale, offset)
+
+
+def read_binary_info(path, system_lib: str | None = None) -> BinaryInfo:
+    """Graphs and IO tensors of the context binary at ``path``.
+
+    Raises:
+        ArtifactError: no QNN System library, the file is not a context binary this library
+            reads, or unknown struct versions.
+    """
+    path = os.fspath(path)
+    lib_path = system_lib or system_library()
+    if lib_path is None:
+        raise ArtifactError("Reading QNN context binaries needs the QNN System library: pip install "
+                            f"'onnxwrapper[qnn]' or set {ENV_SYSTEM_LIB}.", path=path)
+    try:
+        iface = _interface(lib_path)
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ArtifactError(f"Cannot read {path} with {lib_path}: {exc}", path=path) from exc
+    handle = ct.c_void_p()
+    if iface.systemContextCreate(ct.byref(handle)) != 0:
+        raise ArtifactError(f"QnnSystemContext_create failed in {lib_path}", path=path)
+    try:
+        buf = ct.create_string_buffer(data, len(data))
+        info, size = ct.POINTER(_BinaryInfo)(), ct.c_uint64()
+        status = iface.systemContextGetBinaryInfo(handle, ct.cast(buf, ct.c_void_p), len(data), ct.byref(info),
+                                                  ct.byref(size))
+        if status != 0 or not info:
+            raise ArtifactError(f"{path} is not a QNN context binary that {os.path.basename(lib_path)} can read "
+                                f"(QnnSystemContext_getBinaryInfo error {status}).", path=path)
+        version = info.contents.version
+        if version not in (1, 2, 3):
+            raise ArtifactError(f"{path}: unknown context binary info version {version}.", path=path)
+        body = getattr(info.contents.u, f"v{version}")
+        graphs = []
+        for i in range(body.numGraphs):
+            g = body.graphs[i]
+            if g.version not in (1, 2, 3):
+                raise ArtifactError(f"{path}: unknown graph info version {g.version}.", path=path)
+            gb = getattr(g.u, f"v{g.version}")
+            graphs.append(GraphInfo(gb.graphName.decode(),
+                                    tuple(_tensor(gb.graphInputs[k]) for k in range(gb.numGraphInputs)),
+                                    tuple(_tensor(gb.graphOutputs[k]) for k in range(gb.numGraphOutputs))))
+        return BinaryInfo(path, (body.buildId or b"").decode(), (body.socVersion or b"").decode(), tuple(graphs))
+    finally:
+        iface.systemContextFree(handle)
+
+
+# -- EPContext wrapper ----------------------------------------------------------------------------
+#: file names tried next to ``<stem>.onnx`` by :func:`resolve_raw_context_binary` (qai conventions,
+#: ``.bin`` last and skipped when ``<stem>.cpp`` marks it as converter weights)
+RAW_BINARY_SUFFIXES = (".htp.bin", ".onnx.htp.bin", ".dll.bin", ".onnx.dll.bin", ".so.bin", ".onnx.so.bin",
+                       "_ctx_qnn.bin", ".dlc.bin", ".bin")
+_ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "bool_": 9,
+               "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
+
+
+def _link(binary: str, folder: str) -> str:
+    """Make ``binary`` reachable as ``folder/<name>`` (ORT only accepts a relative ep_cache_context
+    without ``..``): symlink, else hard link, else copy. Returns the relative name."""
+    import shutil
+
+    name = os.path.basename(binary)
+    target = os.path.join(folder, name)
+    for make in (os.symlink, os.link, shutil.copyfile):
+        try:
+            make(os.path.abspath(binary), target)
+            return name
+        except (OSError, NotImplementedError):
+            continue
+    raise ArtifactError(f"Cannot make {binary} visible from {folder}.", path=binary)
+
+
+def epcontext_model(binary: str, graph: GraphInfo, folder: str, *, onnx_model=None, name_map=None,
+                    build_id: str = "") -> str:
+    """Write an EPContext model running ``graph`` of ``binary`` with ORT's QNN EP; return its path.
+
+    The EPContext node lists the graph's tensors in QNN order (the QNN EP binds them by position;
+    verified with onnxruntime-qnn 2.7.0), its ``name``/``partition_name`` is the QNN graph name and
+    ``ep_cache_context`` is the binary, linked into ``folder`` (embed mode 0). With ``onnx_model``
+    the model's inputs/outputs carry the ONNX names, order, element types and dims (matched with
+    :func:`onnxwrapper.backends._foreign_io.plan_io`: exact, sanitized or ``name_map`` names);
+    without it, the QNN names and types.
+
+    Raises:
+        ArtifactError: names/dims/types that do not match, or quantized IO (not supported here).
+    """
+    import onnx
+    from onnx import helper as h
+
+    from onnxwrapper.backends import _foreign_io as fio
+
+    def natives(tensors):
+        return [fio.NativeTensor(t.name, t.shape, fio.native_type(t.dtype, binary)) for t in tensors]
+
+    if onnx_model is not None:
+        ins, outs, _meta, unknown = fio.onnx_io(onnx_model)
+    else:
+        quantized = [t.name for t in graph.inputs + graph.outputs if t.dtype not in _ONNX_TYPES]
+        if quantized:
+            raise ArtifactError(f"Graph '{graph.name}' of {binary} has quantized IO {quantized}; give the ONNX model "
+                                f"it was compiled from to describe it.", path=binary)
+        ins, outs, unknown = fio.node_args_from_native(natives(graph.inputs)), \
+            fio.node_args_from_native(natives(graph.outputs)), set()
+    plans = [fio.plan_io(args, natives(tensors), direction=d, mode="native", name_map=name_map, where=binary,
+                         unknown_shapes=unknown)
+             for args, tensors, d in ((ins, graph.inputs, "input"), (outs, graph.outputs, "output"))]
+    for plan in plans:
+        odd = [p.onnx.name for p in plan.tensors if p.cast != "same" or p.native.type.quantized]
+        if odd:
+            raise ArtifactError(f"{plan.direction}s {odd} of graph '{graph.name}' in {binary} have compiled types the "
+                                f"QNN EP cannot take from this ONNX interface (quantized or int64 stored as int32); "
+                                f"use backend='qai' or recompile with --preserve_io.", path=binary)
+    if len(plans[1].tensors) != plans[1].native_count:
+        raise ArtifactError(f"Graph '{graph.name}' of {binary} has outputs the ONNX model does not declare.", path=binary)
+    by_index = [sorted(plan.tensors, key=lambda p: p.index) for plan in plans]
+    node = h.make_node("EPContext", [p.onnx.name for p in by_index[0]], [p.onnx.name for p in by_index[1]],
+                       name=graph.name, domain="com.microsoft", main_context=1, embed_mode=0,
+                       ep_cache_context=_link(binary, folder), partition_name=graph.name,
+                       source="QNNExecutionProvider", ep_sdk_version=build_id)
+
+    def value_info(p):
+        return h.make_tensor_value_info(p.onnx.name, onnx.helper.np_dtype_to_tensor_dtype(p.dtype), list(p.shape))
+
+    g = h.make_graph([node], graph.name, [value_info(p) for p in plans[0].tensors],
+                     [value_info(p) for p in plans[1].tensors])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)], ir_version=10,
+                         producer_name="onnxwrapper")
+    path = os.path.join(folder, os.path.splitext(os.path.basename(binary))[0] + "_ctx.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def _graph_for(info: BinaryInfo, model) -> GraphInfo:
+    """The only graph, or the one whose input and output name sets are the ONNX model's
+    (exactly or QNN-sanitized)."""
+    if len(info.graphs) == 1:
+        return info.graphs[0]
+    from onnxwrapper.backends._foreign_io import sanitize_qnn_name
+
+    inits = {i.name for i in model.graph.initializer}
+    want = [{v.name for v in model.graph.input if v.name not in inits}, {v.name for v in model.graph.output}]
+    for g in info.graphs:
+        got = [{t.name for t in g.inputs}, {t.name for t in g.outputs}]
+        if all(w == s or {sanitize_qnn_name(n) for n in w} == s for w, s in zip(want, got)):
+            return g
+    return info.graph(None)  # raises, listing the graphs
+
+
+def wrap_raw_binary(binary: str, *, graph=None, onnx_model=None, cache_dir: str | None = None,
+                    name_map=None) -> tuple[str, GraphInfo]:
+    """The cached EPContext model running one graph of a raw context binary, and that graph.
+
+    Args:
+        binary: path of the ``.bin``.
+        graph: graph name or index; default: the only graph, else the one whose IO names are
+            ``onnx_model``'s (exactly or QNN-sanitized).
+        onnx_model: ``onnx.ModelProto`` the binary was compiled from (names, order, types), or None.
+        cache_dir: artifact cache root (default: the onnxwrapper cache).
+
+    Raises:
+        ArtifactError: unreadable binary, unknown/ambiguous graph, interface mismatch.
+    """
+    from onnxwrapper._cache import ArtifactCache, make_key
+
+    info = read_binary_info(binary)
+    chosen = info.graph(graph) if graph is not None or onnx_model is None else _graph_for(info, onnx_model)
+    stat = os.stat(binary)
+    model_key = onnx_model.SerializeToString(deterministic=True) if onnx_model is not None else b""
+    key = make_key({"kind": "raw-qnn-context-binary", "binary": os.path.abspath(binary), "size": stat.st_size,
+                    "mtime_ns": stat.st_mtime_ns, "graph": chosen.name, "name_map": name_map or {},
+                    "model": hashlib.sha256(model_key).hexdigest()})
+    entry = ArtifactCache(cache_dir).get_or_create(
+        key, lambda folder: {"ctx": os.path.basename(epcontext_model(binary, chosen, folder, onnx_model=onnx_model,
+                                                                   name_map=name_map, build_id=info.build_id))})
+    return entry.file(entry.meta["ctx"]), chosen
+
+
+def resolve_raw_context_binary(source, settings):
+    """``qnn`` backend resolver: a raw context binary next to the model (:data:`RAW_BINARY_SUFFIXES`
+    order, ``<stem>.bin`` skipped next to ``<stem>.cpp``) wrapped by :func:`wrap_raw_binary`, or
+    ``None`` when there is none. The user's folder is never written (the wrapper is cached in
+    ``settings.cache_dir``, else the onnxwrapper cache)."""
+    from onnxwrapper.backends._foreign_io import find_artifact
+    from onnxwrapper.backends._qnn_artifacts import ResolvedArtifact
+
+    if source.path is None:
+        return None
+    names = [source.stem + s for s in RAW_BINARY_SUFFIXES]
+    found, _tried = find_artifact(source.directory, names, refuse_if={f"{source.stem}.bin": f"{source.stem}.cpp"})
+    if found is None:
+        return None
+    ctx, graph = wrap_raw_binary(found, onnx_model=source.load_proto(), cache_dir=getattr(settings, "cache_dir", None))
+    return ResolvedArtifact(ctx, "context_binary", found, f"raw QNN context binary, graph '{graph.name}'")
