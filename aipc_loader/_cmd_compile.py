@@ -1,0 +1,431 @@
+"""aipc compile: compile a model ahead of time for the QNN HTP (EPContext model + QNN context binary),
+optionally quantized (QDQ W8A16/W8A8 with captured calibration data), with operator patches, a
+DLC export, an accuracy check and a per-op profile.
+
+usage: aipc compile MODEL -o OUT [--target T] [--precision fp16|fp32|w8a16|w8a8]
+                      [--calibration DIR] [--max-samples N] [--shape NAME=D0,D1,...]... [--dim NAME=N]...
+                      [--per-tensor] [--dlc] [--profile] [--no-patch] [--no-check] [--overwrite] [--json]
+
+OUT is a directory (files are named after MODEL: <stem>_ctx.onnx + <stem>_ctx_qnn.bin, with
+quantization also <stem>_<precision>_qdq.onnx, with --dlc <stem>_dlc/*.dlc) or a path ending in
+.onnx for the EPContext model. A <stem>_ctx.onnx in MODEL's own folder is used automatically by
+onnxwrapper sessions (and `python -m aipc`) that open MODEL; any EPContext model can also be
+opened directly with onnxwrapper.InferenceSession(path, backend="qnn").
+
+Steps (progress bar on a terminal): static shapes (--shape/--dim, else the captured feed shapes),
+patches for nodes the QNN EP rejects (in memory; --no-patch to skip), quantization
+(onnxruntime.quantization QNN config, QDQ), compilation (onnxwrapper.backends.qnn.compile_model),
+--dlc (QNN IR backend), accuracy check on the calibration samples (quantized: float on CPU vs QDQ
+on CPU vs QDQ on QNN, cosine and SNR per output; float: CPU vs QNN), --profile (QNN EP profiling,
+per-op cycles). Simulator timings (x86-64 host) are not device timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import pathlib
+import re
+import sys
+import time
+from typing import Any
+
+from aipc_loader._cmd_inspect import add_model_options, model_options
+from aipc_loader._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
+
+__all__ = ["add_arguments", "main", "read_qnn_profile", "export_dlc"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``aipc compile`` (see the module docstring)."""
+    parser.add_argument("model", help="ONNX model file")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT",
+                        help="output directory, or the EPContext model path (*.onnx)")
+    add_model_options(parser, backend_help="backend to compile for: qnn (the only one with compiled artifacts)")
+    parser.add_argument("--precision", default="fp16", choices=("fp16", "fp32", "w8a16", "w8a8"),
+                        help="fp16 (default: the HTP's float math), fp32 (simulator only), or QDQ quantization "
+                             "w8a16 / w8a8 (needs --calibration)")
+    parser.add_argument("--calibration", metavar="DIR", help="capture directory (aipc capture) with the model's feeds")
+    parser.add_argument("--max-samples", type=int, default=32, metavar="N",
+                        help="calibration/check samples to use at most (default 32)")
+    parser.add_argument("--per-tensor", action="store_true",
+                        help="per-tensor weight quantization (default: per-channel, much more accurate on "
+                             "transformer-style models, e.g. RapidOCR's recognizer: SNR 7 dB per-tensor vs 22 dB)")
+    parser.add_argument("--dlc", action="store_true", help="also write a DLC through QNN's IR backend")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile the compiled model with QNN EP profiling (per-op table; simulator timings "
+                             "are not device timings)")
+    parser.add_argument("--no-patch", action="store_true", help="do not apply operator patches")
+    parser.add_argument("--no-check", action="store_true", help="skip the accuracy check")
+    parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show onnxruntime.quantization's log messages")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+# -- helpers used by main (public so that scripts can do the same) -------------------------------
+def export_dlc(model_bytes: bytes, out_dir: str, ep_options: dict) -> list[str]:
+    """Write one ``.dlc`` per QNN partition of ``model_bytes`` into ``out_dir`` through the QNN EP
+    options ``dump_qnn_ir_dlc=1``, ``dump_qnn_ir_dlc_dir`` and ``qnn_ir_backend_path`` (libQnnIr
+    from onnxruntime-qnn; measured to write a real DLC). ``ep_options``: the compile's QNN EP options.
+
+    Returns:
+        The written DLC paths. Raises whatever onnxruntime raises for the session.
+    """
+    import glob
+
+    import onnxruntime
+    import onnxruntime_qnn
+
+    lib_dir = os.path.dirname(onnxruntime_qnn.get_library_path())
+    ir = next((p for p in (os.path.join(lib_dir, n) for n in ("libQnnIr.so", "QnnIr.dll")) if os.path.exists(p)), None)
+    if ir is None:
+        raise FileNotFoundError(f"QNN IR backend library not found in {lib_dir}")
+    os.makedirs(out_dir, exist_ok=True)
+    devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 4  # the IR backend logs "Failed to create HTP power config id" (harmless)
+    so.add_provider_for_devices(devices, dict(ep_options, dump_qnn_ir_dlc="1", dump_qnn_ir_dlc_dir=out_dir,
+                                              qnn_ir_backend_path=ir))
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+    session = InferenceSession(model_bytes, so, enable_fallback=0)
+    del session
+    return sorted(glob.glob(os.path.join(glob.escape(out_dir), "*.dlc")))
+
+
+_NODE_ROW = re.compile(r"^(?P<name>.*?):?OpId_\d+ \(cycles\)$")
+
+
+def read_qnn_profile(csv_path: str, op_types: dict[str, str] | None = None) -> dict[str, Any]:
+    """Per-op table from a QNN EP profiling CSV (``profiling_level=detailed``).
+
+    The CSV has one block per execution: ``NODE`` rows ``<node>:OpId_<n> (cycles)`` and ``ROOT``
+    rows such as ``Accelerator (execute) time`` (µs) and ``QNN (execute) time`` (µs).
+
+    Args:
+        csv_path: the file written by the QNN EP (``profiling_file_path``).
+        op_types: ``{node name: op type}`` of the model to label rows (``_token_<n>`` suffixes of
+            ORT's layout transformation are stripped to find the node).
+
+    Returns:
+        ``{"executions": n, "execute_us": [...], "ops": [{"node", "op_type", "mean_cycles", "share"}]}``
+        sorted by cycles, descending.
+    """
+    import csv
+
+    cycles: dict[str, list[int]] = {}
+    execute_us: list[float] = []
+    with open(csv_path, newline="", encoding="utf-8", errors="replace") as f:
+        for row in csv.DictReader(f):
+            ident = (row.get("Event Identifier") or "").strip()
+            if row.get("Message") == "NODE" and row.get("Unit of Measurement") == "CYCLES":
+                m = _NODE_ROW.match(ident)
+                if m:
+                    cycles.setdefault(m.group("name").strip() or ident, []).append(int(row.get("Time") or 0))
+            elif ident == "QNN (execute) time":
+                execute_us.append(float(row.get("Time") or 0))
+    total = sum(sum(v) / len(v) for v in cycles.values()) or 1.0
+    ops = []
+    for name, values in cycles.items():
+        base = re.sub(r"(_token_\d+)+$", "", name)
+        label = (op_types or {}).get(base) or ("Input" if name.startswith("Input") else
+                                               "Output" if name.startswith("Output") else
+                                               "Transpose (layout)" if base.startswith("Transpose") else "")
+        mean = sum(values) / len(values)
+        ops.append({"node": name, "op_type": label, "mean_cycles": mean, "share": mean / total})
+    ops.sort(key=lambda r: -r["mean_cycles"])
+    return {"executions": len(execute_us), "execute_us": execute_us, "ops": ops}
+
+
+@contextlib.contextmanager
+def _quiet_root_logger(verbose: bool):
+    """onnxruntime.quantization logs advice on the root logger; keep it off the CLI's stderr."""
+    root = logging.getLogger()
+    old = root.level
+    if not verbose:
+        root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(old)
+
+
+class _Stages:
+    """A tqdm bar over named steps, with wall time per step."""
+
+    def __init__(self, names: list[str], enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=len(names), file=sys.stderr, disable=None if enabled else True,
+                        bar_format="{desc:<28} {bar} {n_fmt}/{total_fmt} [{elapsed}]", leave=False)
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def step(self, name: str):
+        self.bar.set_description(f"aipc compile: {name}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _outputs(model_path: str, out: str, precision: str) -> dict[str, str]:
+    stem = os.path.splitext(os.path.basename(model_path))[0]
+    if out.lower().endswith(".onnx"):
+        folder, ctx = os.path.dirname(os.path.abspath(out)), os.path.abspath(out)
+    else:
+        folder = os.path.abspath(out)
+        ctx = os.path.join(folder, f"{stem}_ctx.onnx")
+    paths = {"folder": folder, "ctx": ctx, "report": os.path.splitext(ctx)[0] + "_compile.json"}
+    if precision.startswith("w8"):
+        paths["qdq"] = os.path.join(folder, f"{stem}_{precision}_qdq.onnx")
+    paths["dlc"] = os.path.join(folder, f"{stem}_dlc")
+    return paths
+
+
+def _fail(message: str, status: int = EXIT_USAGE) -> int:
+    say(f"error: {message}")
+    return status
+
+
+def _size(path: str | None) -> str:
+    if not path or not os.path.exists(path):
+        return "-"
+    n = os.path.getsize(path)
+    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} KB"
+
+
+def _random_feeds(model, count: int) -> list[dict] | None:
+    """Uniform [0, 1) float inputs (seeded) when every input is float; else ``None``."""
+    import numpy as np
+    from onnx import helper
+
+    inits = {i.name for i in model.graph.initializer}
+    rng = np.random.default_rng(0)
+    specs = []
+    for value in model.graph.input:
+        if value.name in inits:
+            continue
+        t = value.type.tensor_type
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        if dtype.kind != "f":
+            return None
+        specs.append((value.name, dtype, [d.dim_value for d in t.shape.dim]))
+    return [{n: rng.random(s).astype(d) for n, d, s in specs} for _ in range(count)]
+
+
+def _cpu_node_names(report) -> set[str]:
+    return {re.sub(r"(_token_\d+)+$", "", n.name) for n in report.offloaded_nodes}
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``aipc compile``; returns the exit status (64 usage, 69 QNN unavailable, 1 failure)."""
+    try:
+        options, shapes, dims = model_options(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+    if args.backend not in ("qnn", "qairt"):
+        return _fail(f"aipc compile compiles for --backend qnn only, not {args.backend!r}")
+    quantized = args.precision.startswith("w8")
+    if quantized and not args.calibration:
+        return _fail(f"--precision {args.precision} needs calibration data: --calibration DIR (record it with "
+                     f"`aipc capture -o DIR script.py …`, a script that runs this model on real inputs)")
+    if args.max_samples < 1:
+        return _fail("--max-samples must be >= 1")
+    if not os.path.isfile(args.model):
+        return _fail(f"{args.model}: no such file", 2)
+    import onnxwrapper
+    from onnxwrapper.errors import BackendUnavailableError
+
+    if not any(i.name == "qnn" and i.available for i in onnxwrapper.get_available_backends()):
+        return _fail("the qnn backend is not available here (pip install 'onnxwrapper[qnn]')", EXIT_UNAVAILABLE)
+    paths = _outputs(args.model, args.output, args.precision)
+    if not args.overwrite:
+        for key in ("ctx", "qdq"):
+            if key in paths and os.path.exists(paths[key]):
+                return _fail(f"{paths[key]} exists already; pass --overwrite to replace it", 1)
+    steps = ["load", "patch"] + (["quantize"] if quantized else []) + ["compile"] + (["dlc"] if args.dlc else []) \
+        + ([] if args.no_check else ["check"]) + (["profile"] if args.profile else [])
+    stages = _Stages(steps, enabled=not args.no_progress)
+    import warnings
+
+    from onnxwrapper._partition import PartialOffloadWarning
+
+    try:
+        with warnings.catch_warnings():
+            # the partition (with the CPU nodes and reasons) is part of the summary printed below
+            warnings.simplefilter("ignore", PartialOffloadWarning)
+            summary = _compile(args, options, shapes, dims, quantized, paths, stages)
+    except BackendUnavailableError as exc:
+        return _fail(str(exc), EXIT_UNAVAILABLE)
+    except _UsageProblem as exc:
+        return _fail(str(exc))
+    finally:
+        stages.close()
+    summary["seconds"] = {k: round(v, 3) for k, v in stages.seconds.items()}
+    with open(paths["report"], "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2, default=str)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(_format_summary(summary))
+    return 0
+
+
+class _UsageProblem(Exception):
+    """A problem with what the user asked for (exit status 64)."""
+
+
+def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, paths: dict, stages: _Stages) -> dict:
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+    from onnxwrapper._inspect import make_static, rule_reason
+    from onnxwrapper._quantize import CalibrationError, calibration_from_capture, quantize_qdq, three_way_check
+    from onnxwrapper._shapes import dynamic_inputs
+    from onnxwrapper.backends.qnn import compile_model
+    from onnxwrapper.patches import apply_patches, find_patches, load_model_proto, name_unnamed_nodes
+
+    summary: dict[str, Any] = {"model": os.path.abspath(args.model), "precision": args.precision,
+                               "backend_options": options, "notes": []}
+    calib = None
+    with stages.step("load"):
+        proto = load_model_proto(args.model)
+        if args.calibration:
+            try:
+                calib = calibration_from_capture(args.calibration, args.model, max_samples=args.max_samples)
+            except (CalibrationError, OSError, ValueError) as exc:
+                raise _UsageProblem(f"--calibration {args.calibration}: {exc}") from exc
+            summary["calibration"] = {"dir": calib.source, "model_key": calib.model_key, "samples": len(calib.feeds),
+                                      "skipped_other_shapes": calib.skipped, "shapes": calib.shapes, "note": calib.note}
+            if dynamic_inputs(proto) and not shapes and not dims:
+                shapes = {k: list(v) for k, v in calib.shapes.items()}
+                summary["notes"].append(f"static shapes taken from the captured feeds: {shapes}")
+        try:
+            static = make_static(proto, shapes, dims) if (shapes or dims) else proto
+        except (ValueError, InvalidArgument) as exc:
+            raise _UsageProblem(str(exc)) from exc
+        pending = dynamic_inputs(static)
+        if pending:
+            raise _UsageProblem(f"inputs with dynamic dims {pending}: the QNN HTP needs static shapes; give "
+                                f"--shape NAME=D0,D1,... or --dim NAME=N (or --calibration to take the captured "
+                                f"shapes)")
+        summary["input_shapes"] = {k: list(v) for k, v in (shapes or {}).items()} or None
+        name_unnamed_nodes(static)
+    patched, records = static, []
+    with stages.step("patch"):
+        if not args.no_patch:
+            rejected = {n.name for n in static.graph.node if rule_reason(n, static, False)}
+            usable = {m.node_name for m in find_patches(static, only_for=rejected) if m.applicable}
+            if usable:
+                patched, records = apply_patches(static, only_for=usable)
+    qdq_path = None
+    result = None
+    for attempt in range(2):
+        if quantized:
+            with stages.step("quantize"), _quiet_root_logger(args.verbose):
+                q = quantize_qdq(patched, paths["qdq"], calib, precision=args.precision,
+                                 per_channel=not args.per_tensor)
+                qdq_path = q.path
+                summary["quantization"] = {"path": q.path, "activation_type": q.activation_type,
+                                           "weight_type": q.weight_type, "samples": q.samples,
+                                           "preprocessed": q.preprocessed, "qdq_nodes": q.qdq_nodes,
+                                           "per_channel": not args.per_tensor}
+        with stages.step("compile"):
+            result = compile_model(qdq_path or patched, paths["ctx"], backend_options=options,
+                                   overwrite=args.overwrite or attempt > 0)
+        missed = set() if args.no_patch else _cpu_node_names(result.partition) - {r.node_name for r in records}
+        fixable = {m.node_name for m in find_patches(patched, only_for=missed) if m.applicable}
+        if attempt or not fixable:
+            break
+        patched, more = apply_patches(patched, only_for=fixable)
+        records += more
+        summary["notes"].append(f"patched {sorted(fixable)} after the compile left them on CPU; recompiled")
+        stages.bar.total += 2 if quantized else 1
+    summary["patches"] = [r.to_dict() for r in records]
+    summary["compile"] = {"ctx": result.ctx_path, "ctx_bytes": result.ctx_bytes, "bin": result.bin_path,
+                          "bin_bytes": result.bin_bytes, "seconds": result.seconds, "ep_options": result.ep_options,
+                          "versions": result.versions, "partition": result.partition.to_dict(),
+                          "partition_summary": result.partition.summary()}
+    compiled_input = pathlib.Path(qdq_path).read_bytes() if qdq_path else patched.SerializeToString()
+    if args.dlc:
+        with stages.step("dlc"):
+            dlcs = export_dlc(compiled_input, paths["dlc"], dict(result.ep_options))
+            summary["dlc"] = [{"path": p, "bytes": os.path.getsize(p)} for p in dlcs]
+    feeds = calib.feeds if calib else None
+    if feeds is None and (not args.no_check or args.profile):
+        feeds = _random_feeds(static, 1)
+        if feeds:
+            summary["notes"].append("no --calibration: the check/profile used one random uniform [0,1) input")
+    if not args.no_check:
+        with stages.step("check"):
+            if feeds:
+                report = three_way_check(static, qdq_path, feeds, qnn_model=result.ctx_path, backend_options=options)
+                summary["accuracy"] = report.to_dict()
+                summary["accuracy_text"] = report.format_text()
+            else:
+                summary["notes"].append("accuracy check skipped: no calibration data and non-float inputs")
+    if args.profile and feeds:
+        with stages.step("profile"):
+            summary["profile"] = _profile(result.ctx_path, feeds[:3], options, paths, patched)
+    return summary
+
+
+def _profile(ctx_path: str, feeds: list, options: dict, paths: dict, model) -> dict:
+    import onnxwrapper
+
+    csv_path = os.path.splitext(paths["ctx"])[0] + "_profile.csv"
+    opts = dict(options, profiling="detailed", provider_options={"profiling_file_path": csv_path})
+    session = onnxwrapper.InferenceSession(ctx_path, backend="qnn", backend_options=opts)
+    start = time.perf_counter()
+    for feed in feeds:
+        session.run(None, feed)
+    wall = (time.perf_counter() - start) / len(feeds)
+    session.close()
+    del session
+    table = read_qnn_profile(csv_path, {n.name: n.op_type for n in model.graph.node})
+    table.update({"csv": csv_path, "wall_seconds_per_run": wall,
+                  "note": "HTP simulator on this host: cycles and times are not device timings"})
+    return table
+
+
+def _format_summary(s: dict) -> str:
+    c = s["compile"]
+    lines = [f"compiled {s['model']} ({s['precision']}) in {sum(s['seconds'].values()):.1f} s",
+             f"  {c['ctx']}  {_size(c['ctx'])}"]
+    if c.get("bin"):
+        lines.append(f"  {c['bin']}  {_size(c['bin'])}")
+    if s.get("quantization"):
+        lines.append(f"  {s['quantization']['path']}  {_size(s['quantization']['path'])}  (QDQ model)")
+    for d in s.get("dlc") or ():
+        lines.append(f"  {d['path']}  {_size(d['path'])}  (DLC)")
+    ep = c["ep_options"]
+    target = ", ".join(f"{k}={ep[k]}" for k in ("soc_model", "htp_arch", "enable_htp_fp16_precision") if k in ep)
+    lines.append("target: " + (target if "soc_model" in ep else f"fp32 simulation (no soc_model) {target}").strip())
+    lines.append(f"partition: {c['partition_summary']}")
+    for n in c["partition"]["nodes"]:
+        if n["ep"] != c["partition"]["target_ep"]:
+            lines.append(f"  CPU  {n['name']} ({n['op_type']}): {n.get('reason') or ''}")
+    if s["patches"]:
+        lines.append(f"patches applied: {len(s['patches'])}")
+        lines += [f"  {p['node_name'] or '(unnamed)'}: {p['summary']}" for p in s["patches"]]
+    if s.get("accuracy_text"):
+        lines.append(s["accuracy_text"])
+    prof = s.get("profile")
+    if prof:
+        lines.append(f"profile ({prof['executions']} runs, {prof['note']}):")
+        for row in prof["ops"][:15]:
+            lines.append(f"  {row['node']:<40} {row['op_type']:<12} {row['mean_cycles']:>12.0f} cycles "
+                         f"{row['share'] * 100:5.1f} %")
+        lines.append(f"  QNN execute time per run (µs): {', '.join(f'{t:.0f}' for t in prof['execute_us'])}")
+    lines.append("steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in s["seconds"].items()))
+    lines += [f"note: {n}" for n in s["notes"]]
+    return "\n".join(lines)

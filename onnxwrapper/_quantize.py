@@ -1,0 +1,428 @@
+"""QDQ quantization for the QNN HTP (W8A8, W8A16) and the three-way accuracy check.
+
+Quantization is onnxruntime's own QNN flow (``onnxruntime.quantization.execution_providers.qnn``):
+``qnn_preprocess_model`` (fusions the QNN EP wants) → ``get_qnn_qdq_config`` (QDQ format, the
+QNN EP's per-op constraints, calibration with a :class:`onnxruntime.quantization.CalibrationDataReader`)
+→ ``onnxruntime.quantization.quantize``. Precisions (AIPC report §4.7; ORT QNN docs):
+
+* ``w8a8``  — activations ``QUInt8``, weights ``QUInt8``;
+* ``w8a16`` — activations ``QUInt16``, weights ``QUInt8`` (more accurate, ~1.2–1.6× slower on the
+  simulator, measured in research notes ort_api.md §3).
+
+Calibration data are real feeds: :func:`calibration_from_capture` reads them from an
+``aipc capture`` / :func:`onnxwrapper.diff.start_capture` directory, so they follow the script's
+actual preprocessing.
+
+:func:`three_way_check` runs the same feeds through (1) the float model on the CPU EP, (2) the
+QDQ model on the CPU EP (fake-quant simulation: ORT's reference for QDQ) and (3) the QDQ model —
+or its compiled EPContext — on the QNN backend, and reports cosine similarity and SNR per output
+for *quantization loss* (1 vs 2), *backend error* (2 vs 3) and the *total* (1 vs 3), so the two
+causes are told apart. Metrics are :mod:`onnxwrapper.diff.metrics`, computed over all samples
+concatenated. The QNN leg uses the backend's process-global configuration: run it in a process
+whose QNN configuration is the one compiled for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from onnxwrapper.errors import OnnxwrapperError
+
+__all__ = ["PRECISIONS", "CalibrationError", "CalibrationSet", "FeedsDataReader", "calibration_from_capture",
+           "QuantizeResult", "quantize_qdq", "Agreement", "OutputAccuracy", "AccuracyReport", "three_way_check"]
+
+#: precision name -> (activation QuantType name, weight QuantType name)
+PRECISIONS = {"w8a8": ("QUInt8", "QUInt8"), "w8a16": ("QUInt16", "QUInt8")}
+
+
+class CalibrationError(OnnxwrapperError, ValueError):
+    """Calibration data cannot be used for this model (no matching model, no feeds, bad shapes)."""
+
+
+# -- calibration data ------------------------------------------------------------------------------
+@dataclass
+class CalibrationSet:
+    """Feeds for calibration and accuracy checks.
+
+    Attributes:
+        feeds: ``[{input name: array}]`` — all with the same shapes (:attr:`shapes`).
+        shapes: ``{input name: shape}`` shared by every feed.
+        source: where they came from (capture directory or ``"<memory>"``).
+        model_key: the capture's model key used, when read from a capture.
+        skipped: feeds of the model left out because their shapes differ from the chosen ones.
+        note: how the model was matched in the capture.
+    """
+
+    feeds: list[dict[str, np.ndarray]]
+    shapes: dict[str, tuple] = field(default_factory=dict)
+    source: str = "<memory>"
+    model_key: str | None = None
+    skipped: int = 0
+    note: str = ""
+
+    @classmethod
+    def from_feeds(cls, feeds: Iterable[Mapping[str, np.ndarray]]) -> "CalibrationSet":
+        """Wrap in-memory feeds (shapes taken from the first feed).
+
+        Raises:
+            CalibrationError: no feeds, or feeds with different shapes.
+        """
+        items = [dict(f) for f in feeds]
+        if not items:
+            raise CalibrationError("No calibration feeds were given.")
+        shapes = {k: tuple(np.shape(v)) for k, v in items[0].items()}
+        if any({k: tuple(np.shape(v)) for k, v in f.items()} != shapes for f in items):
+            raise CalibrationError("Calibration feeds must all have the same input shapes.")
+        return cls(items, shapes)
+
+
+class FeedsDataReader:
+    """A ``CalibrationDataReader`` over a list of feed dicts (``get_next()`` → dict or ``None``).
+
+    Subclasses ``onnxruntime.quantization.CalibrationDataReader`` at construction time so that
+    importing this module does not import onnxruntime.quantization.
+    """
+
+    def __new__(cls, feeds: Sequence[Mapping[str, np.ndarray]]):
+        from onnxruntime.quantization import CalibrationDataReader
+
+        class _Reader(CalibrationDataReader):
+            def __init__(self, items):
+                self._items = [dict(f) for f in items]
+                self._it: Iterator | None = None
+
+            def get_next(self):
+                if self._it is None:
+                    self._it = iter(self._items)
+                return next(self._it, None)
+
+            def rewind(self):
+                self._it = None
+
+            def __len__(self):
+                return len(self._items)
+
+        return _Reader(feeds)
+
+
+def _model_sha256(model: Any) -> tuple[str, str | None]:
+    if isinstance(model, onnx.ModelProto):
+        return hashlib.sha256(model.SerializeToString()).hexdigest(), None
+    if isinstance(model, (bytes, bytearray)):
+        return hashlib.sha256(bytes(model)).hexdigest(), None
+    path = os.path.abspath(os.fspath(model))
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest(), path
+
+
+def calibration_from_capture(directory: Any, model: Any, *, max_samples: int | None = None,
+                             input_names: Sequence[str] | None = None) -> CalibrationSet:
+    """The captured feeds of ``model`` in a capture directory.
+
+    The model is matched by the sha256 of its file (what the capture stores), then by its path,
+    then — if exactly one captured model has the same input names — by its inputs (noted in
+    :attr:`CalibrationSet.note`). Only feeds with the most common input shapes are kept (a static
+    compile has one shape); at most ``max_samples`` of them, in capture order.
+
+    Args:
+        directory: the capture directory. model: path, bytes or ``onnx.ModelProto``.
+        max_samples: cap on the number of feeds (``None``: all).
+        input_names: the model's graph inputs (read from the model when ``None``).
+
+    Raises:
+        CalibrationError: no model of the capture matches, or it has no recorded feeds.
+        onnxwrapper.diff.CaptureFormatError: not a capture directory.
+    """
+    from onnxwrapper.diff import read_capture
+
+    capture = read_capture(directory)
+    sha, path = _model_sha256(model)
+    if input_names is None:
+        proto = model if isinstance(model, onnx.ModelProto) else (
+            onnx.load_model_from_string(bytes(model)) if isinstance(model, (bytes, bytearray))
+            else onnx.load(os.fspath(model), load_external_data=False))
+        inits = {i.name for i in proto.graph.initializer}
+        input_names = [i.name for i in proto.graph.input if i.name not in inits]
+    note = "matched by sha256"
+    info = next((m for m in capture.models.values() if m.sha256 == sha), None)
+    if info is None and path is not None:
+        info = next((m for m in capture.models.values() if m.path and os.path.abspath(m.path) == path), None)
+        note = "matched by path (the file changed since the capture)"
+    if info is None:
+        same = [m for m in capture.models.values() if sorted(m.input_names) == sorted(input_names)]
+        if len(same) == 1:
+            info, note = same[0], f"matched by input names {sorted(input_names)} (model file differs)"
+    if info is None:
+        listed = ", ".join(f"{m.key} ({m.path or 'bytes'})" for m in capture.models.values()) or "(none)"
+        raise CalibrationError(f"The capture {capture.path} holds no feeds of this model; it has: {listed}. "
+                               f"Capture a script that runs this model (aipc capture script.py -o DIR).")
+    calls = [c for c in capture.calls_of(info.key) if c.method != "run_with_iobinding"]
+    if not calls:
+        raise CalibrationError(f"The capture {capture.path} recorded no run() feeds of model {info.key}.")
+    wanted = set(input_names)
+    signatures = Counter(tuple((m["name"], tuple(m.get("shape") or ())) for m in c.input_meta
+                               if m["name"] in wanted) for c in calls)
+    best, _ = signatures.most_common(1)[0]
+    chosen = [c for c in calls if tuple((m["name"], tuple(m.get("shape") or ())) for m in c.input_meta
+                                        if m["name"] in wanted) == best]
+    skipped = len(calls) - len(chosen)
+    if max_samples is not None:
+        chosen = chosen[:max_samples]
+    feeds = [{k: v for k, v in c.inputs().items() if k in wanted} for c in chosen]
+    missing = wanted - set(feeds[0])
+    if missing:
+        raise CalibrationError(f"Captured feeds of {info.key} lack inputs {sorted(missing)}.")
+    return CalibrationSet(feeds, dict(best), capture.path, info.key, skipped, note)
+
+
+# -- quantization ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QuantizeResult:
+    """What :func:`quantize_qdq` wrote.
+
+    Attributes:
+        path: the QDQ model. precision: ``"w8a8"``/``"w8a16"``. activation_type / weight_type:
+        QuantType names. samples: calibration feeds used. preprocessed: whether
+        ``qnn_preprocess_model`` changed the model. seconds: wall time (s). qdq_nodes: number of
+        QuantizeLinear + DequantizeLinear nodes in the result.
+    """
+
+    path: str
+    precision: str
+    activation_type: str
+    weight_type: str
+    samples: int
+    preprocessed: bool
+    seconds: float
+    qdq_nodes: int
+
+
+def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Iterable[Mapping[str, np.ndarray]], *,
+                 precision: str = "w8a16", per_channel: bool = True, calibrate_method: str = "MinMax",
+                 preprocess: bool = True, op_types_to_quantize: Sequence[str] | None = None,
+                 nodes_to_exclude: Sequence[str] | None = None) -> QuantizeResult:
+    """Quantize a float model (static shapes) to a QNN-ready QDQ model at ``output_path``.
+
+    Args:
+        model: path or ``onnx.ModelProto`` of the float model (not modified).
+        output_path: where to write the QDQ model (the caller's choice; nothing else is written
+            outside a temporary directory).
+        calibration: feeds (same shapes as the model's inputs), e.g. from :func:`calibration_from_capture`.
+        precision: ``"w8a16"`` (default) or ``"w8a8"`` (see module doc).
+        per_channel: per-channel weight quantization (default ``True``, unlike onnxruntime's
+            default: on RapidOCR's recognizer W8A16 per-tensor weights gave SNR 7.0 dB against the
+            float model, per-channel 22.1 dB — measured; ``aipc compile --per-tensor`` turns it off).
+        calibrate_method: ``onnxruntime.quantization.CalibrationMethod`` member name
+            (``"MinMax"``, ``"Entropy"``, ``"Percentile"``, ``"Distribution"``).
+        preprocess: run ``qnn_preprocess_model`` first.
+        op_types_to_quantize / nodes_to_exclude: passed to ``get_qnn_qdq_config``.
+
+    Raises:
+        ValueError: unknown precision or calibration method. CalibrationError: no feeds.
+        Whatever onnxruntime.quantization raises for the model.
+    """
+    from onnxruntime.quantization import CalibrationMethod, QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} for quantization, got {precision!r}")
+    try:
+        method = CalibrationMethod[calibrate_method]
+    except KeyError as exc:
+        raise ValueError(f"calibrate_method must be one of {[m.name for m in CalibrationMethod]}") from exc
+    calib = calibration if isinstance(calibration, CalibrationSet) else CalibrationSet.from_feeds(calibration)
+    act, weight = PRECISIONS[precision]
+    start = time.perf_counter()
+    output_path = os.fspath(output_path)
+    original = model if isinstance(model, onnx.ModelProto) else onnx.load(os.fspath(model))
+    work = onnx.ModelProto()
+    work.CopyFrom(original)
+    # onnxruntime 1.31's qnn_preprocess_model fails on models with metadata_props (TypeError in
+    # save_and_reload_optimize_model); the metadata is put back on the QDQ model below.
+    del work.metadata_props[:]
+    with tempfile.TemporaryDirectory(prefix="onnxwrapper-quantize-") as tmp:
+        source: Any = work
+        pre_path = os.path.join(tmp, "preprocessed.onnx")
+        preprocessed = bool(preprocess and qnn_preprocess_model(work, pre_path))
+        if preprocessed:
+            source = pre_path
+        config = get_qnn_qdq_config(source, FeedsDataReader(calib.feeds), calibrate_method=method,
+                                    activation_type=QuantType[act], weight_type=QuantType[weight],
+                                    per_channel=per_channel,
+                                    op_types_to_quantize=list(op_types_to_quantize or []) or None,
+                                    nodes_to_exclude=list(nodes_to_exclude or []) or None)
+        os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
+        quantize(source, output_path, config)
+    qdq = onnx.load(output_path)
+    _copy_metadata(original, qdq)
+    onnx.save(qdq, output_path)
+    count = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in qdq.graph.node)
+    return QuantizeResult(output_path, precision, act, weight, len(calib.feeds), preprocessed,
+                          time.perf_counter() - start, count)
+
+
+def _copy_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
+    """Give the QDQ model the float model's identity (producer, version, doc, metadata_props), so
+    sessions on it report the same ``get_modelmeta()`` as the float model."""
+    dst.producer_name, dst.producer_version = src.producer_name, src.producer_version
+    dst.domain, dst.model_version, dst.doc_string = src.domain, src.model_version, src.doc_string
+    dst.graph.name, dst.graph.doc_string = src.graph.name, src.graph.doc_string
+    del dst.metadata_props[:]
+    dst.metadata_props.extend(src.metadata_props)
+
+
+# -- three-way accuracy check ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Agreement:
+    """Agreement of ``y`` with a reference ``r`` over all samples of one output.
+
+    Attributes:
+        cosine: cosine similarity (1 = same direction). snr_db: ``10·log10(Σr²/Σ(y−r)²)`` (inf
+        when equal). max_abs: max ``|y − r|``. min_sample_cosine: worst per-sample cosine.
+    """
+
+    cosine: float
+    snr_db: float
+    max_abs: float
+    min_sample_cosine: float
+
+    def to_dict(self) -> dict:
+        return {"cosine": self.cosine, "snr_db": self.snr_db, "max_abs": self.max_abs,
+                "min_sample_cosine": self.min_sample_cosine}
+
+
+@dataclass(frozen=True)
+class OutputAccuracy:
+    """One output: ``quantization`` (float CPU vs QDQ CPU), ``backend`` (QDQ CPU vs QDQ QNN),
+    ``total`` (float CPU vs QDQ QNN). Without a QDQ model (FP16/FP32 compiles) ``quantization`` is
+    ``None`` and ``backend`` = ``total`` = float CPU vs QNN; without a QNN leg both are ``None``."""
+
+    output: str
+    quantization: Agreement | None
+    backend: Agreement | None
+    total: Agreement | None
+
+    def to_dict(self) -> dict:
+        return {"output": self.output, "quantization": self.quantization.to_dict() if self.quantization else None,
+                "backend": self.backend.to_dict() if self.backend else None,
+                "total": self.total.to_dict() if self.total else None}
+
+
+@dataclass
+class AccuracyReport:
+    """The three-way check of :func:`three_way_check`; ``seconds``: wall time per leg."""
+
+    outputs: list[OutputAccuracy]
+    samples: int
+    seconds: dict[str, float] = field(default_factory=dict)
+    qnn_error: str = ""
+
+    def to_dict(self) -> dict:
+        return {"samples": self.samples, "seconds": self.seconds, "qnn_error": self.qnn_error,
+                "outputs": [o.to_dict() for o in self.outputs]}
+
+    def format_text(self) -> str:
+        """A table: one row per output and comparison, with cosine, SNR (dB) and max |Δ|."""
+        quantized = any(o.quantization is not None for o in self.outputs)
+        lines = [f"accuracy on {self.samples} sample{'s' if self.samples != 1 else ''} (cosine / SNR dB / max |Δ|):"]
+
+        def cell(a: Agreement | None) -> str:
+            return "-" if a is None else f"{a.cosine:.6f} / {a.snr_db:.1f} / {a.max_abs:.3g}"
+
+        if quantized:
+            lines.append(f"  {'output':<20} {'quantization (fp CPU→QDQ CPU)':<32} {'backend (QDQ CPU→QNN)':<32} "
+                         f"total (fp CPU→QNN)")
+            for o in self.outputs:
+                lines.append(f"  {o.output:<20} {cell(o.quantization):<32} {cell(o.backend):<32} {cell(o.total)}")
+        else:
+            lines.append(f"  {'output':<20} backend (fp CPU→QNN)")
+            for o in self.outputs:
+                lines.append(f"  {o.output:<20} {cell(o.backend)}")
+        if self.qnn_error:
+            lines.append(f"  QNN leg failed: {self.qnn_error}")
+        return "\n".join(lines)
+
+
+def _agreement(ys: Sequence[np.ndarray], rs: Sequence[np.ndarray]) -> Agreement:
+    from onnxwrapper.diff import metrics as m
+
+    whole = m.ArrayPair(np.concatenate([np.ravel(y) for y in ys]), np.concatenate([np.ravel(r) for r in rs]))
+    per_sample = [m.CosineSimilarity()(y, r) for y, r in zip(ys, rs)]
+    return Agreement(m.CosineSimilarity().compute(whole), m.SNR().compute(whole), m.MaxAbsError().compute(whole),
+                     min(per_sample))
+
+
+def _run_all(session, feeds: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> list[list[np.ndarray]]:
+    return [session.run(list(names), dict(f)) for f in feeds]
+
+
+def three_way_check(float_model: Any, qdq_model: Any | None,
+                    feeds: CalibrationSet | Sequence[Mapping[str, np.ndarray]], *,
+                    qnn_model: Any = None, backend_options: Mapping[str, Any] | None = None,
+                    run_qnn: bool = True) -> AccuracyReport:
+    """Run ``feeds`` through float-CPU, QDQ-CPU and QDQ-QNN and compare (see module doc).
+
+    Args:
+        float_model / qdq_model: path, bytes or ``onnx.ModelProto`` (ModelProtos are serialized);
+            ``qdq_model=None`` for a float compile: then only float CPU vs QNN is measured.
+        feeds: the samples (usually the calibration set; a held-out set is better when available).
+        qnn_model: what the QNN backend loads (e.g. the compiled EPContext model path); defaults
+            to ``qdq_model`` (compiled on the fly).
+        backend_options: ``backend_options`` of ``onnxwrapper.InferenceSession(backend="qnn")``.
+        run_qnn: ``False`` skips the QNN leg (quantization loss only).
+
+    Returns:
+        :class:`AccuracyReport`. A failing QNN leg is reported in ``qnn_error`` (the other legs
+        still count) instead of raising.
+    """
+    import onnxruntime
+
+    import onnxwrapper
+
+    def src(m):
+        return m.SerializeToString() if isinstance(m, onnx.ModelProto) else m
+
+    items = feeds.feeds if isinstance(feeds, CalibrationSet) else [dict(f) for f in feeds]
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    float_sess = onnxruntime.InferenceSession(src(float_model), providers=["CPUExecutionProvider"])
+    names = [o.name for o in float_sess.get_outputs()]
+    ref = _run_all(float_sess, items, names)
+    seconds["float_cpu"] = time.perf_counter() - t
+    qdq = None
+    if qdq_model is not None:
+        t = time.perf_counter()
+        qdq = _run_all(onnxruntime.InferenceSession(src(qdq_model), providers=["CPUExecutionProvider"]), items, names)
+        seconds["qdq_cpu"] = time.perf_counter() - t
+    qnn: list | None = None
+    error = ""
+    if run_qnn:
+        t = time.perf_counter()
+        try:
+            chosen = qnn_model if qnn_model is not None else (qdq_model if qdq_model is not None else float_model)
+            sess = onnxwrapper.InferenceSession(src(chosen),
+                                                backend="qnn", backend_options=dict(backend_options or {}))
+            qnn = _run_all(sess, items, names)
+        except Exception as exc:  # noqa: BLE001 - reported, the CPU legs still inform the user
+            error = f"{type(exc).__name__}: {exc}"
+        seconds["qnn"] = time.perf_counter() - t
+    outputs = []
+    for k, name in enumerate(names):
+        r = [s[k] for s in ref]
+        q = [s[k] for s in qdq] if qdq is not None else None
+        n = [s[k] for s in qnn] if qnn is not None else None
+        outputs.append(OutputAccuracy(name, _agreement(q, r) if q else None,
+                                      _agreement(n, q if q else r) if n else None, _agreement(n, r) if n else None))
+    return AccuracyReport(outputs, len(items), seconds, error)
