@@ -100,6 +100,7 @@ class InferenceSession(_ORT):
         request = SessionRequest(path_or_bytes, sess_options, providers, provider_options, dict(kwargs),
                                  dict(selection.provider_options or {}))
         self._ow_closed = False
+        self._ow_request = request  # what the user asked for (the model as given), e.g. for capture
         self.backend_name = selection.name
         self.backend_selection = selection
         self._ow_backend = instance

@@ -13,6 +13,9 @@ A call's line is appended to calls.jsonl only after its .npz is complete, so a p
 dies (even by SIGSEGV) leaves a consistent prefix. ``capture.json`` is replaced atomically when a
 new session appears and when recording stops.
 
+Arrays are copied when the call returns and written by a background thread; when more than
+256 MiB wait to be written the recording call waits (memory stays bounded).
+
 Limits: ``max_bytes`` bounds the array bytes written (plus stored models); when the next call
 would exceed it, recording stops for good, the header says so (``status == "truncated"``), a
 :class:`CaptureLimitWarning` is issued once and the script continues. ``max_calls_per_model``
@@ -39,38 +42,24 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from onnxwrapper.diff._files import atomic_write, fmt_bytes, jsonable, parse_size, write_npz
+
 __all__ = ["FORMAT", "FORMAT_VERSION", "DEFAULT_MAX_BYTES", "CaptureLimitWarning", "CaptureWriter",
-           "CaptureHandle", "start_capture", "model_key", "parse_size"]
+           "CaptureHandle", "start_capture", "model_key", "parse_size", "write_npz"]
 
 FORMAT = "onnxwrapper-capture"
 FORMAT_VERSION = 1
 #: default bound on bytes written by one capture (arrays + stored models): 2 GiB.
 DEFAULT_MAX_BYTES = 2 * 1024 ** 3
-_QUEUE_ITEMS = 16
+_QUEUE_ITEMS = 64
+#: arrays waiting for the writer thread beyond this many bytes make the script wait (backpressure).
+_PENDING_BYTES = 256 * 1024 ** 2
 _hash_cache: dict[tuple, str] = {}
 _hash_lock = threading.Lock()
 
 
 class CaptureLimitWarning(UserWarning):
     """Recording stopped (or skipped calls) because a capture limit was reached."""
-
-
-def parse_size(text: str | int) -> int:
-    """``"500M"``/``"2G"``/``"1.5GiB"``/``"1000"`` → bytes (powers of 1024 for K/M/G/T).
-
-    Raises:
-        ValueError: not a non-negative size.
-    """
-    if isinstance(text, int):
-        value = text
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
-        if not m:
-            raise ValueError(f"not a size: {text!r} (expected e.g. 500M, 2G, 1000000)")
-        value = int(float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper()))
-    if value < 0:
-        raise ValueError(f"size must be >= 0, got {text!r}")
-    return value
 
 
 def _sha256_file(path: str) -> str:
@@ -127,20 +116,39 @@ def _user_model(session) -> tuple[str | None, bytes | None]:
     return None, data if isinstance(data, bytes) else None
 
 
+def _declared_types(session) -> dict:
+    """``{input name: numpy dtype}`` from the session's declared inputs (empty when unknown)."""
+    try:
+        from onnxwrapper._feeds import ort_type_to_numpy
+
+        return {i.name: ort_type_to_numpy(i.type) for i in session.get_inputs()}
+    except Exception:  # metadata unavailable: lists are recorded as numpy infers them
+        return {}
+
+
 def _meta(items) -> list[dict]:
     return [{"name": a.name, "type": getattr(a, "type", None),
              "shape": [d if isinstance(d, (int, str)) or d is None else str(d) for d in (a.shape or [])]}
             for a in items]
 
 
-def _to_array(value) -> np.ndarray | None:
-    """A copy of ``value`` as a numpy array (OrtValue, list, array); ``None`` for non-tensors."""
+def _to_array(value, declared=None) -> np.ndarray | None:
+    """A copy of ``value`` as a numpy array (OrtValue, list, array); ``None`` for non-tensors.
+
+    Python lists are cast to ``declared`` (the input's ONNX dtype), as ONNX Runtime casts them, so
+    that the recorded array is what the model received.
+    """
     if hasattr(value, "numpy") and hasattr(value, "is_tensor"):
         if not value.is_tensor():
             return None
         value = value.numpy()
     if isinstance(value, (dict, tuple)) or (isinstance(value, list) and value and isinstance(value[0], dict)):
         return None
+    if isinstance(value, list) and declared is not None:
+        try:
+            return np.array(value, dtype=declared)
+        except (TypeError, ValueError):
+            pass
     arr = np.array(value, copy=True)
     if arr.dtype == object:
         try:
@@ -206,6 +214,8 @@ class CaptureWriter:
         self._calls_file = open(os.path.join(self.directory, "calls.jsonl"), "a", encoding="utf-8")
         self._queue: queue.Queue | None = None
         self._thread = None
+        self._pending = 0
+        self._pending_cv = threading.Condition()
         if background:
             self._queue = queue.Queue(maxsize=_QUEUE_ITEMS)
             self._thread = threading.Thread(target=self._drain, name="onnxwrapper-capture", daemon=True)
@@ -214,11 +224,14 @@ class CaptureWriter:
 
     # -- observer -------------------------------------------------------------------------------
     def observe(self, *, session, method, output_names, input_feed, run_options=None, outputs=None,
-                seconds=0.0, **_ignored) -> None:
+                seconds=0.0, call_key: tuple[int, int] | None = None, **_ignored) -> None:
         """Record one call (the ``onnxwrapper.add_run_observer`` contract). Never raises for a
-        capture problem: failures are kept in the header's ``errors`` list instead."""
+        capture problem: failures are kept in the header's ``errors`` list instead.
+
+        ``call_key=(session ordinal, call index)`` imposes the keys instead of numbering sessions
+        by first use (replay uses it to keep the reference's keys)."""
         try:
-            self._observe(session, method, output_names, input_feed, outputs, seconds)
+            self._observe(session, method, output_names, input_feed, outputs, seconds, call_key)
         except Exception as exc:  # a capture bug must not break the user's script
             with self._lock:
                 if len(self._errors) < 20:
@@ -226,13 +239,13 @@ class CaptureWriter:
 
     __call__ = observe
 
-    def _observe(self, session, method, output_names, input_feed, outputs, seconds) -> None:
+    def _observe(self, session, method, output_names, input_feed, outputs, seconds, call_key) -> None:
         with self._lock:
             if self._closed or self._truncated is not None:
                 return
-            sess = self._session_for(session)
+            sess = self._session_for(session, None if call_key is None else call_key[0])
             key = sess.model
-            call_index = sess.calls
+            call_index = sess.calls if call_key is None else call_key[1]
             sess.calls += 1
             if self.max_calls_per_model is not None and self._model_calls.get(key, 0) >= self.max_calls_per_model:
                 self._skipped[key] = self._skipped.get(key, 0) + 1
@@ -241,8 +254,9 @@ class CaptureWriter:
         arrays: dict[str, np.ndarray] = {}
         inputs_meta, outputs_meta = [], []
         if method != "run_with_iobinding":
+            declared = _declared_types(session) if any(isinstance(v, list) for v in input_feed.values()) else {}
             for k, (name, value) in enumerate(dict(input_feed).items()):
-                arr = _to_array(value)
+                arr = _to_array(value, declared.get(name))
                 inputs_meta.append(_array_meta(name, arr, f"i{k}"))
                 if arr is not None:
                     arrays[f"i{k}"] = arr
@@ -260,8 +274,8 @@ class CaptureWriter:
             if self._closed or self._truncated is not None:
                 return
             if self._bytes + nbytes > self.max_bytes:
-                self._truncate(f"size limit of {_fmt_bytes(self.max_bytes)} reached at call {self._seq} "
-                               f"(model {key}, {_fmt_bytes(nbytes)} more needed)")
+                self._truncate(f"size limit of {fmt_bytes(self.max_bytes)} reached at call {self._seq} "
+                               f"(model {key}, {fmt_bytes(nbytes)} more needed)")
                 return
             self._bytes += nbytes
             self._model_calls[key] = self._model_calls.get(key, 0) + 1
@@ -272,7 +286,10 @@ class CaptureWriter:
                   "output_names": names_out, "inputs": inputs_meta, "outputs": outputs_meta,
                   "file": f"calls/{seq:06d}.npz", "seconds": float(seconds)}
         if self._queue is not None:
-            self._queue.put((record, arrays))
+            with self._pending_cv:
+                self._pending_cv.wait_for(lambda: self._pending == 0 or self._pending + nbytes <= _PENDING_BYTES)
+                self._pending += nbytes
+            self._queue.put((record, arrays, nbytes))
         else:
             self._write_call(record, arrays)
 
@@ -286,7 +303,7 @@ class CaptureWriter:
         count = len(outputs or []) if method != "run_with_iobinding" else len(names)
         return names[:count] if len(names) >= count else [f"output_{k}" for k in range(count)]
 
-    def _session_for(self, session) -> _Session:
+    def _session_for(self, session, ordinal: int | None = None) -> _Session:
         sess = self._sessions.get(session)
         if sess is not None:
             return sess
@@ -295,7 +312,8 @@ class CaptureWriter:
         key = model_key(sha, path)
         if key not in self._models:
             self._models[key] = self._model_record(session, key, sha, path, data)
-        ordinal = len(self._session_records)
+        if ordinal is None:
+            ordinal = max((r["ordinal"] for r in self._session_records), default=-1) + 1
         sess = _Session(ordinal, key)
         self._sessions[session] = sess
         backend = getattr(session, "backend_name", None) or "onnxruntime"
@@ -305,7 +323,7 @@ class CaptureWriter:
         except Exception:
             providers = []
         self._session_records.append({"ordinal": ordinal, "model": key, "backend": backend,
-                                      "backend_options": _jsonable(config), "providers": providers})
+                                      "backend_options": jsonable(config), "providers": providers})
         self._write_header()
         return sess
 
@@ -316,7 +334,7 @@ class CaptureWriter:
             if self._bytes + len(blob) <= self.max_bytes:
                 os.makedirs(os.path.join(self.directory, "models"), exist_ok=True)
                 stored = f"models/{key}.onnx"
-                _atomic_write(os.path.join(self.directory, stored), blob)
+                atomic_write(os.path.join(self.directory, stored), blob)
                 self._bytes += len(blob)
         rec = {"sha256": sha, "path": os.path.abspath(path) if path else None, "stored": stored,
                "size_bytes": os.path.getsize(path) if path and os.path.isfile(path) else len(data or b"")}
@@ -334,15 +352,18 @@ class CaptureWriter:
             try:
                 if item is None:
                     return
-                self._write_call(*item)
+                record, arrays, nbytes = item
+                self._write_call(record, arrays)
+                with self._pending_cv:
+                    self._pending -= nbytes
+                    self._pending_cv.notify_all()
             finally:
                 self._queue.task_done()
 
     def _write_call(self, record: dict, arrays: dict) -> None:
         try:
             path = os.path.join(self.directory, record["file"])
-            with open(path + ".tmp", "wb") as f:
-                np.savez(f, allow_pickle=False, **arrays)
+            write_npz(path + ".tmp", arrays)
             os.replace(path + ".tmp", path)
             line = json.dumps(record, separators=(",", ":")) + "\n"
             with self._lock:
@@ -369,7 +390,7 @@ class CaptureWriter:
                        "skipped_calls": dict(self._skipped), "errors": list(self._errors),
                        "models": self._models, "sessions": self._session_records,
                        "calls_file": "calls.jsonl"})
-        _atomic_write(os.path.join(self.directory, "capture.json"),
+        atomic_write(os.path.join(self.directory, "capture.json"),
                       json.dumps(header, indent=1, default=str).encode())
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -455,33 +476,6 @@ def _array_meta(name: str, arr: np.ndarray | None, key: str) -> dict:
         return {"name": name, "key": None, "kind": "non-tensor"}
     return {"name": name, "key": key, "dtype": arr.dtype.str if arr.dtype.kind == "U" else str(arr.dtype),
             "shape": list(arr.shape)}
-
-
-def _jsonable(value):
-    try:
-        json.dumps(value)
-        return value
-    except TypeError:
-        if isinstance(value, Mapping):
-            return {str(k): _jsonable(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [_jsonable(v) for v in value]
-        return str(value)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
 
 
 def _tool_versions() -> dict:

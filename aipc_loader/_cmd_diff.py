@@ -1,0 +1,242 @@
+"""aipc diff: run a script on several backends (one process each) and compare every session's outputs.
+
+usage:
+  aipc diff [options] script.py [args…]
+  aipc diff [options] -m module [args…]
+  aipc diff --check DIR [tolerance options] [--localize]
+
+Every InferenceSession.run of the script is recorded per backend and compared with the reference
+backend, call by call and output by output (Polygraphy semantics: an element fails iff
+|y−r| > atol AND |y−r|/|r| > rtol, relative to the reference). Defaults follow the precision the
+backend runs at (fp32: atol=rtol=1e-5 elementwise; fp16: median 1e-3 + cosine ≥ 0.999; quantized:
+cosine ≥ 0.99 + SNR ≥ 20 dB); see docs/diff.md for the sources.
+
+Writes DIR/report.json and DIR/report.html (DIR defaults to ./aipc-diff-<date-time>) and prints
+the table. Exit status: 0 all within tolerance · 1 accuracy mismatch · 2 a backend failed, crashed
+or was unavailable (or nothing was compared) · 64 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+EXIT_USAGE = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of ``aipc diff`` on ``parser`` (the dispatcher's parser)."""
+    run = parser.add_argument_group("Runs")
+    run.add_argument("--backends", default="cpu,qnn", metavar="LIST",
+                     help="comma-separated runs, 'label=backend' for a second run of one backend (default: cpu,qnn)")
+    run.add_argument("--reference", default="cpu", metavar="LABEL", help="reference run (default: cpu)")
+    run.add_argument("--backend-option", action="append", default=[], metavar="LABEL:KEY=VALUE",
+                     help="backend option of one run, e.g. qnn:precision=fp32 (repeatable; VALUE parsed as JSON "
+                          "when possible)")
+    run.add_argument("--replay", action="store_true",
+                     help="run the script on the reference only and feed its recorded inputs to the other backends")
+    run.add_argument("--no-auto-replay", action="store_true",
+                     help="live mode: do not re-run calls fed other inputs than the reference's on the "
+                          "reference's inputs (they are then compared as they are and reported as divergent)")
+    run.add_argument("--check", metavar="DIR", help="re-judge a saved diff directory without running anything")
+    run.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per backend run")
+    run.add_argument("--dir", metavar="DIR", help="diff directory (default: ./aipc-diff-<date-time>)")
+    run.add_argument("--max-capture-bytes", default="2G", metavar="SIZE",
+                     help="stop recording a run beyond this size (default: 2G)")
+    run.add_argument("--max-calls-per-model", type=int, metavar="N", help="record at most N calls per model")
+    run.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
+                     help="run a module as 'python -m' does")
+    tol = parser.add_argument_group("Tolerances")
+    tol.add_argument("--preset", choices=("auto", "fp32", "fp16", "quantized"), default="auto",
+                     help="tolerance defaults (default: auto, from each backend's precision)")
+    tol.add_argument("--atol", type=float, help="absolute tolerance")
+    tol.add_argument("--rtol", type=float, help="relative tolerance (relative to the reference)")
+    tol.add_argument("--error-stat", choices=("elementwise", "max", "mean", "median", "quantile", "none"),
+                     help="how atol/rtol are checked")
+    tol.add_argument("--quantile", type=float, help="quantile for --error-stat quantile (default 0.99)")
+    tol.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL:RTOL[:STAT]",
+                     help="per-output override; NAME is a glob on the output name or 'model/output' (repeatable)")
+    tol.add_argument("--min-cosine", type=float, metavar="C", help="require cosine similarity ≥ C")
+    tol.add_argument("--min-snr", type=float, metavar="DB", help="require SNR ≥ DB dB")
+    tol.add_argument("--min-psnr", type=float, metavar="DB", help="require PSNR ≥ DB dB")
+    tol.add_argument("--min-top1", type=float, metavar="F", help="require top-1 agreement ≥ F (class scores)")
+    tol.add_argument("--allow-nonfinite", action="store_true", help="do not fail on NaN/Inf mismatches")
+    loc = parser.add_argument_group("Localization")
+    loc.add_argument("--localize", action="store_true",
+                     help="for each failing model, find the first node whose output breaks tolerance")
+    loc.add_argument("--localize-max-tensors", type=int, default=256, metavar="N",
+                     help="tensors exposed per round; larger graphs are bisected (default: 256)")
+    rep = parser.add_argument_group("Reports")
+    rep.add_argument("--json", metavar="PATH", help="JSON report (default: DIR/report.json)")
+    rep.add_argument("--html", metavar="PATH", help="HTML report (default: DIR/report.html)")
+    rep.add_argument("--no-html", action="store_true", help="do not write the HTML report")
+    rep.add_argument("--show-output", action="store_true", help="print each run's script output")
+    rep.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="script.py [args…]")
+
+
+def _say(message: str) -> None:
+    for line in str(message).splitlines() or [""]:
+        sys.stderr.write(f"aipc diff: {line}\n")
+
+
+class _Usage(Exception):
+    pass
+
+
+def _backend_options(items: list[str]) -> dict:
+    result: dict = {}
+    for item in items:
+        label, sep, rest = item.partition(":")
+        key, eq, value = rest.partition("=")
+        if not sep or not eq or not label or not key:
+            raise _Usage(f"--backend-option {item!r}: expected LABEL:KEY=VALUE, e.g. qnn:precision=fp32")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        result.setdefault(label, {})[key] = parsed
+    return result
+
+
+def _tolerances(args):
+    from onnxwrapper.diff import PRESETS, Tolerances, parse_tol_override
+
+    changes = {}
+    for field, value in (("atol", args.atol), ("rtol", args.rtol), ("check", args.error_stat),
+                         ("quantile", args.quantile), ("min_cosine", args.min_cosine), ("min_snr_db", args.min_snr),
+                         ("min_psnr_db", args.min_psnr), ("min_top1", args.min_top1)):
+        if value is not None:
+            changes[field] = value
+    if args.allow_nonfinite:
+        changes["allow_nonfinite"] = True
+    try:
+        overrides = [parse_tol_override(t) for t in args.tol]
+        tols = Tolerances(default=None if args.preset == "auto" else PRESETS[args.preset], overrides=overrides,
+                          changes=changes)
+        tols.base_for("fp32").with_()  # validates the changes (check mode, ranges)
+    except ValueError as exc:
+        raise _Usage(str(exc)) from exc
+    return tols
+
+
+def _progress_factory(quiet: bool):
+    if quiet or not sys.stderr.isatty():
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bars: dict = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        kind = "compare" if stage == "compare" else "localize" if stage.startswith("localize") else "run"
+        bar = bars.get(kind)
+        if bar is None:
+            unit = {"run": "run", "compare": "call", "localize": "round"}[kind]
+            bar = bars[kind] = tqdm(total=total or None, desc=kind, unit=unit, leave=False, file=sys.stderr)
+        if total and bar.total != total:
+            bar.total = total
+        bar.set_description_str(stage)
+        bar.n = done
+        bar.refresh()
+
+    def close() -> None:
+        for bar in bars.values():
+            bar.close()
+
+    return progress, close
+
+
+def _echo(label: str, text: str) -> None:
+    sys.stdout.write(f"──── {label}: script output ────\n{text}")
+    sys.stdout.flush()
+
+
+def labels_spec(labels: dict) -> list[str]:
+    """``{label: backend}`` back to ``["label=backend", …]`` for :func:`onnxwrapper.diff.run`."""
+    return [f"{label}={backend}" for label, backend in labels.items()]
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``aipc diff`` with parsed ``args``; returns 0, 1, 2 or 64 (see module docstring)."""
+    from onnxwrapper.diff import check, localize_failures, run
+    from onnxwrapper.errors import BackendNotFoundError
+
+    progress, close_bars = _progress_factory(args.quiet)
+    try:
+        tolerances = _tolerances(args)
+        command = list(args.command or [])
+        if command and command[0] == "--":
+            command = command[1:]
+        if args.check:
+            if command or args.module:
+                raise _Usage("--check DIR re-judges a saved diff: give no script")
+            if not os.path.isdir(args.check):
+                raise _Usage(f"--check {args.check}: not a directory")
+            result = check(args.check, tolerances=tolerances, timeout=args.timeout, progress=progress)
+        else:
+            if args.module is not None:
+                if not args.module:
+                    raise _Usage("-m needs a module name")
+                if command:
+                    raise _Usage("give either a script or -m module, not both")
+                target, target_args, module = args.module[0], args.module[1:], True
+            elif command:
+                target, target_args, module = command[0], command[1:], False
+            else:
+                raise _Usage("no script given (usage: aipc diff [options] script.py [args…] | -m module | --check DIR)")
+            if args.max_calls_per_model is not None and args.max_calls_per_model < 1:
+                raise _Usage("--max-calls-per-model must be ≥ 1")
+            from onnxwrapper.diff import default_directory, parse_backends
+            from onnxwrapper.diff._capture import parse_size
+
+            try:
+                labels = parse_backends(args.backends)
+                if args.reference not in labels:  # the reference runs even when not listed
+                    labels = {**parse_backends([args.reference]), **labels}
+                max_bytes = parse_size(args.max_capture_bytes)
+            except (ValueError, BackendNotFoundError) as exc:
+                raise _Usage(str(exc)) from exc
+            if args.reference not in labels:
+                raise _Usage(f"--reference {args.reference}: name one of the runs ({', '.join(labels)})")
+            if len(labels) < 2:
+                raise _Usage("give at least two runs to compare, e.g. --backends cpu,qnn")
+            options = _backend_options(args.backend_option)
+            unknown = set(options) - set(labels)
+            if unknown:
+                raise _Usage(f"--backend-option for {', '.join(sorted(unknown))}, which is not in --backends")
+            if not module and not os.path.isfile(target):
+                raise _Usage(f"script not found: {target}")
+            directory = args.dir or default_directory()
+            echo = _echo if args.show_output else None
+            _say(f"running {', '.join(labels)} ({'replay' if args.replay else 'live'}); results in {directory}")
+            result = run(target, target_args, module=module, backends=labels_spec(labels), reference=args.reference,
+                         replay=args.replay, auto_replay=not args.no_auto_replay, backend_options=options,
+                         tolerances=tolerances, directory=directory,
+                         timeout=args.timeout, max_bytes=max_bytes, max_calls_per_model=args.max_calls_per_model,
+                         progress=progress, echo=echo)
+        if args.localize and result.mismatch:
+            localize_failures(result, timeout=args.timeout, progress=progress,
+                              max_tensors=args.localize_max_tensors)
+    except _Usage as exc:
+        close_bars()
+        _say(f"error: {exc}")
+        _say("try 'aipc diff --help'")
+        return EXIT_USAGE
+    finally:
+        close_bars()
+    sys.stdout.write(result.table(color=sys.stdout.isatty()) + "\n")
+    directory = result.directory or os.getcwd()
+    json_path = args.json or os.path.join(directory, "report.json")
+    result.write_json(json_path)
+    written = [json_path]
+    if not args.no_html:
+        html_path = args.html or os.path.join(directory, "report.html")
+        try:
+            result.write_html(html_path)
+            written.append(html_path)
+        except ImportError as exc:
+            _say(f"HTML report skipped ({exc}); pip install 'onnxwrapper[report]'")
+    _say("reports: " + ", ".join(written))
+    return result.exit_status

@@ -1,0 +1,71 @@
+"""``onnxwrapper.diff``: run the same script on several backends and judge their numerics.
+
+The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judging:
+
+* **capture** — :func:`start_capture` / :class:`CaptureWriter` record every run call of every
+  ``onnxwrapper.InferenceSession`` of a process into an open format; :func:`read_capture` reads it;
+* **run** — :func:`run` runs a script (or module) once per backend, each in its own process, in
+  live or replay mode, then compares (and with ``localize=True`` finds the first divergent node);
+* **judge** — :func:`check` re-judges a saved diff directory, :func:`compare` any captures, with
+  :class:`Tolerance` / :class:`Tolerances` (Polygraphy semantics, precision-aware :data:`PRESETS`)
+  and metric functors (:mod:`onnxwrapper.diff.metrics`);
+* **assert** — :func:`assert_backends_agree`, :func:`assert_close` and
+  :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table.
+
+Importing this package imports numpy and onnxwrapper only (no matplotlib, no backend SDK).
+"""
+
+from __future__ import annotations
+
+from onnxwrapper.diff import _metrics as metrics
+from onnxwrapper.diff._api import (
+    assert_backends_agree,
+    assert_close,
+    check,
+    compare,
+    default_directory,
+    localize_failures,
+    parse_backends,
+    run,
+)
+from onnxwrapper.diff._capture import (
+    DEFAULT_MAX_BYTES,
+    FORMAT,
+    FORMAT_VERSION,
+    CaptureHandle,
+    CaptureLimitWarning,
+    CaptureWriter,
+    start_capture,
+)
+from onnxwrapper.diff._capture_reader import (
+    Call,
+    Capture,
+    CaptureFormatError,
+    ModelInfo,
+    SessionInfo,
+    TensorSpec,
+    read_capture,
+)
+from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._result import (
+    EXIT_BACKEND_FAILED,
+    EXIT_MISMATCH,
+    EXIT_OK,
+    EXIT_USAGE,
+    BackendRun,
+    CallComparison,
+    DiffAssertionError,
+    DiffResult,
+    Localization,
+    OutputSummary,
+)
+from onnxwrapper.diff._tolerance import PRESETS, Tolerance, Tolerances, parse_tol_override, precision_for
+
+__all__ = sorted([
+    "metrics", "run", "check", "compare", "localize_failures", "assert_backends_agree", "assert_close",
+    "parse_backends", "default_directory", "DEFAULT_MAX_BYTES", "FORMAT", "FORMAT_VERSION", "CaptureHandle",
+    "CaptureLimitWarning", "CaptureWriter", "start_capture", "Call", "Capture", "CaptureFormatError", "ModelInfo",
+    "SessionInfo", "TensorSpec", "read_capture", "compare_arrays", "compare_captures", "EXIT_OK", "EXIT_MISMATCH",
+    "EXIT_BACKEND_FAILED", "EXIT_USAGE", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
+    "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for",
+])

@@ -1,0 +1,384 @@
+"""The Python API of ``aipc diff``: run a script per backend, judge, localize; re-check saved runs.
+
+``aipc diff`` is a thin layer over these functions (each CLI option maps to an argument here).
+A diff directory holds ``diff.json`` (the manifest: target, mode, reference, runs) and one capture
+directory per run label; :func:`check` re-judges it with other tolerances without running again.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from typing import Callable, Iterable, Mapping
+
+from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
+from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
+from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._orchestrate import Target, run_child
+from onnxwrapper.diff._result import BackendRun, DiffAssertionError, DiffResult
+from onnxwrapper.diff._tolerance import Tolerance, Tolerances
+
+__all__ = ["MANIFEST", "parse_backends", "run", "check", "compare", "localize_failures",
+           "assert_backends_agree", "assert_close", "default_directory"]
+
+MANIFEST = "diff.json"
+MANIFEST_FORMAT = "onnxwrapper-diff"
+
+
+def default_directory(base: str | None = None) -> str:
+    """``<base or cwd>/aipc-diff-<UTC date-time>`` (made unique with a suffix when it exists)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = os.path.join(base or os.getcwd(), f"aipc-diff-{stamp}")
+    candidate, n = path, 1
+    while os.path.exists(candidate):
+        n += 1
+        candidate = f"{path}-{n}"
+    return candidate
+
+
+def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
+    """``"cpu,qnn,q32=qnn"`` or a list of such entries → ``{label: backend name}`` (canonical).
+
+    Raises:
+        onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
+        ValueError: empty list, or a label given twice.
+    """
+    from onnxwrapper._registry import default_registry
+
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    result: dict[str, str] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        label, _, name = item.partition("=") if "=" in item else (item, "", item)
+        label, name = label.strip(), name.strip()
+        canonical = default_registry().resolve(name)
+        label = label if "=" in item else canonical
+        if label in result:
+            raise ValueError(f"backend label '{label}' is given twice; name the second run 'LABEL={name}'.")
+        result[label] = canonical
+    if not result:
+        raise ValueError("no backend given (expected e.g. 'cpu,qnn').")
+    return result
+
+
+def _as_tolerances(tolerances) -> Tolerances:
+    if tolerances is None:
+        return Tolerances()
+    if isinstance(tolerances, Tolerance):
+        return Tolerances(default=tolerances)
+    if isinstance(tolerances, Tolerances):
+        return tolerances
+    raise TypeError(f"tolerances must be a Tolerance or Tolerances, got {type(tolerances).__name__}")
+
+
+def _write_manifest(directory: str, doc: dict) -> None:
+    tmp = os.path.join(directory, MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(tmp, os.path.join(directory, MANIFEST))
+
+
+def _relative_run(run: BackendRun, directory: str) -> dict:
+    d = run.to_dict()
+    for key in ("capture_dir", "stdout", "stderr"):
+        if d.get(key):
+            d[key] = os.path.relpath(d[key], directory)
+    return d
+
+
+def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu,qnn", reference: str = "cpu",
+        replay: bool = False, auto_replay: bool = True, backend_options: Mapping[str, Mapping] | None = None,
+        tolerances=None,
+        localize: bool = False, directory=None, timeout: float | None = None,
+        max_bytes: int | str = DEFAULT_MAX_BYTES, max_calls_per_model: int | None = None, cwd=None,
+        env: Mapping[str, str] | None = None, progress: Callable | None = None,
+        echo: Callable | None = None) -> DiffResult:
+    """Run a script (or module) once per backend, each in its own process, and compare with the reference.
+
+    Args:
+        target: script path (or module name with ``module=True``). args: its arguments.
+        backends: ``"cpu,qnn"`` or a list; entries ``label=backend`` allow two runs of one backend.
+            The reference is added when missing. Defaults to ``"cpu,qnn"``.
+        reference: label of the reference run. Defaults to ``"cpu"``.
+        replay: run the script on the reference only and feed its recorded inputs to the other
+            backends (exact for scripts whose inputs depend on randomness, time or earlier outputs).
+        auto_replay: live mode only — when a backend's calls were fed other inputs than the
+            reference's (e.g. a pipeline whose later inputs depend on earlier outputs), re-run just
+            those calls on the reference's inputs in one more child process (run label
+            ``<label>+replay``) and judge them on that. Defaults to True.
+        backend_options: ``{label: {option: value}}`` (e.g. ``{"qnn": {"precision": "fp32"}}``).
+        tolerances: a :class:`~onnxwrapper.diff.Tolerance` for every output, or
+            :class:`~onnxwrapper.diff.Tolerances`; default precision-aware presets.
+        localize: find the first divergent node of each failing model (see :func:`localize_failures`).
+        directory: the diff directory (created); default a new ``aipc-diff-*`` temporary directory.
+        timeout: seconds per backend run; ``None`` = no limit.
+        max_bytes / max_calls_per_model: capture limits per run (``"2G"`` style accepted).
+        cwd / env: working directory and extra environment variables of the script.
+        progress: ``progress(stage: str, done: int, total: int)`` callback (the CLI's tqdm bars).
+        echo: ``echo(label, stdout_text)`` called after each run with the script's standard output.
+
+    Returns:
+        :class:`~onnxwrapper.diff.DiffResult` (``exit_status`` 0/1/2).
+
+    Raises:
+        onnxwrapper.BackendNotFoundError, ValueError: bad backend list or arguments (usage errors).
+        FileNotFoundError: the script does not exist.
+    """
+    labels = parse_backends(backends)
+    if reference not in labels:
+        from onnxwrapper._registry import default_registry
+
+        labels = {reference: default_registry().resolve(reference), **labels}
+    options = {label: dict((backend_options or {}).get(label) or {}) for label in labels}
+    unknown = set(backend_options or {}) - set(labels)
+    if unknown:
+        raise ValueError(f"backend options given for {', '.join(sorted(unknown))}, which is not among the "
+                         f"backends ({', '.join(labels)}).")
+    if not module and not os.path.isfile(os.path.join(cwd or "", os.fspath(target))):
+        raise FileNotFoundError(f"script not found: {target}")
+    max_bytes = parse_size(max_bytes)
+    directory = os.path.abspath(directory or tempfile.mkdtemp(prefix="aipc-diff-"))
+    os.makedirs(directory, exist_ok=True)
+    tgt = Target(argv=(os.fspath(target), *map(str, args)), module=module,
+                 cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}))
+    manifest = {"format": MANIFEST_FORMAT, "version": 1, "mode": "replay" if replay else "live",
+                "reference": reference, "backends": labels, "target": tgt.to_dict(), "runs": {}}
+    _write_manifest(directory, manifest)
+    order = [reference] + [lb for lb in labels if lb != reference]
+    runs: dict[str, BackendRun] = {}
+    for k, label in enumerate(order):
+        if progress:
+            progress(f"run {label}", k, len(order))
+        cap_dir = os.path.join(directory, label)
+        replay_from = None
+        if replay and label != reference:
+            if runs[reference].calls == 0:
+                runs[label] = BackendRun(backend=labels[label], options=options[label], label=label, status="error",
+                                         returncode=None, message="not run: the reference recorded no call to replay")
+                continue
+            replay_from = runs[reference].capture_dir
+        r = run_child(labels[label], options[label], cap_dir, target=None if replay_from else tgt, replay=replay_from,
+                      timeout=timeout, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model,
+                      env=tgt.env, echo=(lambda text, _l=label: echo(_l, text)) if echo else None)
+        r.label = label
+        runs[label] = r
+        manifest["runs"][label] = _relative_run(r, directory)
+        _write_manifest(directory, manifest)
+    if not replay and auto_replay:
+        _auto_replay(directory, manifest, labels, options, runs, reference, timeout, max_bytes, tgt.env, progress)
+    if progress:
+        progress("runs done", len(order), len(order))
+    result = _judge(directory, manifest, runs, _as_tolerances(tolerances), progress)
+    if localize:
+        localize_failures(result, timeout=timeout, progress=progress, env=tgt.env)
+    return result
+
+
+def _auto_replay(directory, manifest, labels, options, runs, reference, timeout, max_bytes, env, progress) -> None:
+    """Re-run, per live run, the calls fed other inputs than the reference's on the reference's inputs."""
+    from onnxwrapper.diff._compare import diverging_inputs
+
+    ref_run = runs.get(reference)
+    if ref_run is None or not ref_run.ok:
+        return
+    try:
+        ref_cap = read_capture(ref_run.capture_dir)
+    except CaptureFormatError:
+        return
+    for label in [lb for lb in labels if lb != reference]:
+        r = runs.get(label)
+        if r is None or not r.ok:
+            continue
+        try:
+            keys = diverging_inputs(ref_cap, read_capture(r.capture_dir))
+        except CaptureFormatError:
+            continue
+        if not keys:
+            continue
+        name = f"{label}+replay"
+        keys_file = os.path.join(directory, f"{name}.keys.json")
+        with open(keys_file, "w", encoding="utf-8") as f:
+            json.dump([list(k) for k in keys], f)
+        if progress:
+            progress(f"replay {len(keys)} call(s) on {label}", 0, 0)
+        rr = run_child(labels[label], options[label], os.path.join(directory, name), replay=ref_run.capture_dir,
+                       only=keys_file, timeout=timeout, max_bytes=max_bytes, env=env)
+        rr.label, rr.replay_of = name, label
+        runs[name] = rr
+        manifest["runs"][name] = _relative_run(rr, directory)
+        _write_manifest(directory, manifest)
+
+
+def _judge(directory: str, manifest: dict, runs: dict, tolerances: Tolerances, progress) -> DiffResult:
+    reference = manifest["reference"]
+    caps: dict[str, Capture] = {}
+    for label, r in runs.items():
+        if r.capture_dir and os.path.exists(os.path.join(r.capture_dir, "capture.json")):
+            try:
+                caps[label] = read_capture(r.capture_dir)
+            except CaptureFormatError:
+                pass
+    replay_of = {lb: r.replay_of for lb, r in runs.items() if r.replay_of}
+    others = {lb: c for lb, c in caps.items() if lb != reference and lb not in replay_of}
+    replayed = {replay_of[lb]: c for lb, c in caps.items() if lb in replay_of}
+    cb = (lambda d, t: progress("compare", d, t)) if progress else None
+    if reference in caps:
+        result = compare_captures(caps[reference], others, tolerances=tolerances,
+                                  mode=manifest.get("mode", "live"), progress=cb, reference_label=reference,
+                                  incomplete={lb for lb, r in runs.items() if not r.ok and not r.replay_of},
+                                  replayed=replayed)
+    else:
+        result = DiffResult(reference=reference, backends=list(others), mode=manifest.get("mode", "live"),
+                            tolerances=tolerances)
+        result.notes.append(f"the reference run '{reference}' left no readable capture: nothing was compared.")
+    result.reference = reference
+    result.backends = [lb for lb in manifest.get("backends", runs) if lb != reference]
+    result.runs = runs
+    result.directory = directory
+    result.script = {**manifest.get("target", {}), "mode": manifest.get("mode", "live")}
+    if caps.get(reference) is not None and not caps[reference].calls and runs.get(reference) and runs[reference].ok:
+        result.notes.append("the script made no InferenceSession run call on the reference: nothing was compared "
+                            "(does it create its sessions through onnxruntime / onnxwrapper?).")
+    return result
+
+
+def check(directory, *, tolerances=None, localize: bool = False, timeout: float | None = None,
+          progress: Callable | None = None) -> DiffResult:
+    """Re-judge a saved diff directory (``aipc diff --check DIR``) without running the script again.
+
+    Args:
+        directory: a directory written by :func:`run` / ``aipc diff`` (holds ``diff.json``).
+        tolerances: new tolerances (see :func:`run`). localize: also localize failures (this does
+            run the failing models again, on their backends).
+
+    Raises:
+        FileNotFoundError: no ``diff.json`` there (a single capture is compared with :func:`compare`).
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError as exc:
+        hint = (" It is a single capture; compare two captures with onnxwrapper.diff.compare()."
+                if os.path.exists(os.path.join(directory, "capture.json")) else "")
+        raise FileNotFoundError(f"{directory} is not an aipc diff directory (no {MANIFEST}).{hint}") from exc
+    runs = {}
+    for label, d in (manifest.get("runs") or {}).items():
+        d = dict(d)
+        for key in ("capture_dir", "stdout", "stderr"):
+            if d.get(key):
+                d[key] = os.path.join(directory, d[key])
+        runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__})
+    result = _judge(directory, manifest, runs, _as_tolerances(tolerances), progress)
+    result.mode = "check"
+    if localize:
+        localize_failures(result, timeout=timeout, progress=progress)
+    return result
+
+
+def compare(reference, others: Mapping, *, tolerances=None, mode: str = "check") -> DiffResult:
+    """Compare captures (objects or directories): ``others`` is ``{label: capture}``.
+
+    Use it for captures made by :func:`~onnxwrapper.diff.start_capture` or ``aipc capture``.
+    """
+    ref = reference if isinstance(reference, Capture) else read_capture(reference)
+    caps = {k: v if isinstance(v, Capture) else read_capture(v) for k, v in others.items()}
+    return compare_captures(ref, caps, tolerances=_as_tolerances(tolerances), mode=mode)
+
+
+def localize_failures(result: DiffResult, *, timeout: float | None = None, progress: Callable | None = None,
+                      max_tensors: int = 256, max_bytes: int = 512 * 1024 ** 2,
+                      env: Mapping[str, str] | None = None) -> list:
+    """Localize every failing (backend, model) of ``result``; appends to ``result.localizations``.
+
+    For each backend and model with an output that failed on values (``tolerance``/``nonfinite``),
+    the call of that model with the worst failing output is re-run with intermediate tensors
+    exposed, on the reference and on the backend (child processes), see :mod:`._localize`.
+
+    Args:
+        result: a result of :func:`run` or :func:`check` (needs its diff directory).
+        timeout: seconds per child run. progress: as for :func:`run`.
+        max_tensors / max_bytes: budget of one round (tensors, bytes); beyond it the graph is bisected.
+        env: extra environment variables of the child processes.
+
+    Returns:
+        The new :class:`~onnxwrapper.diff.Localization` objects (also appended to ``result``).
+    """
+    from onnxwrapper.diff._localize import localize
+
+    if not result.directory or result.reference not in result.runs:
+        return []
+    ref_run = result.runs[result.reference]
+    ref_cap = read_capture(ref_run.capture_dir)
+    by_key = ref_cap.calls_by_key()
+    targets: dict[tuple[str, str], list] = {}
+    for summary in result.outputs:
+        if summary.kind in ("tolerance", "nonfinite") and summary.worst is not None:
+            targets.setdefault((summary.backend, summary.model), []).append(summary)
+    done = []
+    for (label, model), summaries in sorted(targets.items()):
+        worst = min(summaries, key=lambda s: s.worst.metrics.get("snr_db", float("inf"))).worst
+        call = by_key.get((worst.session, worst.index))
+        run_ = result.runs.get(label)
+        if call is None or run_ is None:
+            continue
+        workdir = os.path.join(result.directory, "localize", label, model)
+
+        def child(backend, options, sdir, req, _t=timeout):
+            return run_child(backend, options, sdir, expose=req, timeout=_t, env=dict(env or {}))
+
+        try:
+            source = ref_cap.models[model].model_source()
+            loc = localize(model_source=source, model_key=model, inputs=call.inputs(), backend=run_.backend,
+                           backend_options=run_.options, reference=ref_run.backend,
+                           reference_options=ref_run.options, tolerance=summaries[0].tolerance,
+                           precision=summaries[0].precision, workdir=workdir, run_child=child,
+                           call=(worst.session, worst.index), failing_outputs=[s.output for s in summaries],
+                           max_tensors=max_tensors, max_bytes=max_bytes,
+                           progress=(lambda r, d, _l=label: progress(f"localize {_l} round {r}: {d}", r, 0))
+                           if progress else None)
+        except (OSError, ValueError) as exc:
+            from onnxwrapper.diff._result import Localization
+
+            loc = Localization(backend=label, model=model, error=str(exc), message=f"localization failed: {exc}")
+        loc.backend = label
+        result.localizations.append(loc)
+        done.append(loc)
+    return done
+
+
+def assert_backends_agree(target, args: Iterable[str] = (), **kwargs) -> DiffResult:
+    """pytest helper: :func:`run` and raise :class:`~onnxwrapper.diff.DiffAssertionError` (an
+    ``AssertionError`` whose message is the console table) unless the verdict is PASS.
+
+    Keyword arguments are those of :func:`run`. Returns the result when it passed.
+    """
+    __tracebackhide__ = True
+    result = run(target, args, **kwargs)
+    result.assert_passed()
+    return result
+
+
+def assert_close(actual, expected, tolerance: Tolerance | None = None, *, name: str = "output") -> None:
+    """pytest helper for one array: raise :class:`~onnxwrapper.diff.DiffAssertionError` with the metrics and
+    the "would have passed with" hint unless ``actual`` is within ``tolerance`` of ``expected``.
+
+    Args:
+        actual: the backend's array; expected: the reference array.
+        tolerance: defaults to ``Tolerance()`` (atol = rtol = 1e-5, elementwise).
+    """
+    __tracebackhide__ = True
+    comp = compare_arrays(actual, expected, tolerance)
+    if comp.passed:
+        return
+    tol = tolerance or Tolerance()
+    metrics = ", ".join(f"{k}={v:.4g}" for k, v in comp.metrics.items()
+                        if k in ("max_abs_error", "max_rel_error", "cosine_similarity", "snr_db"))
+    lines = [f"{name}: {comp.kind} — failed {'; '.join(comp.failed)} (tolerance: {tol.describe()})"]
+    if metrics:
+        lines.append(f"  {metrics}")
+    lines += [f"  would pass with {h}" for h in comp.hints if h]
+    raise DiffAssertionError("\n".join(lines), None)

@@ -1,0 +1,222 @@
+"""Running: one child process per backend run (QNN configuration is process-global, and a native
+crash of one backend must not take the others' results with it).
+
+Each child is ``python -m onnxwrapper.diff._child`` with its stdout/stderr written to
+``<capture dir>/stdout.txt`` and ``stderr.txt``; its outcome is read from ``status.json`` and its
+return code. A negative return code is a signal (POSIX; on Windows an NTSTATUS crash code such as
+0xC0000005): the run is reported as ``crashed`` with the signal's name, and the calls it recorded
+before dying stay usable. Children run in their own
+process group so a timeout can stop the script and whatever it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from onnxwrapper.diff._result import BackendRun
+
+__all__ = ["Target", "run_child", "read_status", "crash_name"]
+
+_TAIL_LINES = 6
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: ``argv[0]`` is a script path (or a module name when ``module``), the rest its
+    arguments; ``cwd`` the working directory (default: the caller's)."""
+
+    argv: tuple
+    module: bool = False
+    cwd: str | None = None
+    env: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"argv": list(self.argv), "module": self.module, "cwd": self.cwd}
+
+
+def read_status(directory: str) -> dict | None:
+    """The child's ``status.json`` as a dict, or ``None`` when it wrote none."""
+    try:
+        with open(os.path.join(directory, "status.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: str, lines: int = _TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    keep = [ln for ln in text.splitlines() if ln.strip()][-lines:]
+    return "\n".join(keep)
+
+
+def _crash_stack(path: str, frames: int = 4) -> str:
+    """The innermost frames faulthandler printed for a native crash (the child enables it)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    blocks = []
+    for i, line in enumerate(lines):
+        if "most recent call first" in line:
+            body = []
+            for ln in lines[i + 1:]:
+                if not ln.strip().startswith("File "):
+                    break
+                body.append(ln.strip())
+            blocks.append((line.lstrip().startswith("Current thread"), body))
+    # the crashing Python thread when known; else (a native thread crashed) the script's main thread
+    chosen = ([b for cur, b in blocks if cur] or [b for _, b in blocks if any("_child.py" in f for f in b)]
+              or [b for _, b in blocks])
+    return "\n".join(chosen[0][:frames]) if chosen else ""
+
+
+#: Windows NTSTATUS codes of native crashes (a crashed process exits with one of them).
+_NTSTATUS = {0xC0000005: "ACCESS_VIOLATION", 0xC00000FD: "STACK_OVERFLOW", 0xC0000409: "STACK_BUFFER_OVERRUN",
+             0xC000001D: "ILLEGAL_INSTRUCTION", 0xC0000374: "HEAP_CORRUPTION"}
+
+
+def crash_name(returncode: int | None) -> str | None:
+    """The signal (POSIX: negative return code) or NTSTATUS crash (Windows) a return code means,
+    e.g. ``"SIGSEGV"`` or ``"ACCESS_VIOLATION"``; ``None`` for a normal exit."""
+    if returncode is None:
+        return None
+    if returncode < 0 and os.name == "posix":
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    code = returncode & 0xFFFFFFFF
+    if os.name == "nt" and code >= 0xC0000000:
+        return _NTSTATUS.get(code, f"NTSTATUS 0x{code:08X}")
+    return None
+
+
+def run_child(backend: str, options: dict | None, directory: str, *, target: Target | None = None,
+              replay: str | None = None, only: str | None = None, expose: str | None = None,
+              timeout: float | None = None,
+              max_bytes: int | None = None, max_calls_per_model: int | None = None,
+              env: dict | None = None, echo=None) -> BackendRun:
+    """Run one backend in a child process and describe how it went.
+
+    Args:
+        backend: backend name; options: its backend options (JSON-serializable).
+        directory: the run's capture directory (created; must not hold a capture yet).
+        target: the script/module to run (live mode). replay: reference capture to replay instead;
+            only: a JSON file listing the ``[session, index]`` keys to replay (default all).
+        expose: a localization request file to serve instead.
+        timeout: seconds before the child's process group is killed (``None`` = no limit).
+        max_bytes / max_calls_per_model: capture limits.
+        env: extra environment variables of the child (added to this process's environment; in
+            live mode ``target.env`` is added too).
+        echo: optional callable receiving the child's stdout text after it ends.
+
+    Returns:
+        A :class:`~onnxwrapper.diff.BackendRun`; never raises for a failing child.
+    """
+    options = dict(options or {})
+    os.makedirs(directory, exist_ok=True)
+    cmd = [sys.executable, "-m", "onnxwrapper.diff._child", "--backend", backend, "--capture", directory,
+           "--backend-options", json.dumps(options)]
+    if max_bytes is not None:
+        cmd += ["--max-bytes", str(int(max_bytes))]
+    if max_calls_per_model is not None:
+        cmd += ["--max-calls-per-model", str(int(max_calls_per_model))]
+    if expose:
+        cmd += ["--expose", expose]
+    elif replay:
+        cmd += ["--replay", replay] + (["--only", only] if only else [])
+    elif target is not None:
+        cmd += (["-m"] if target.module else []) + ["--", *map(str, target.argv)]
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env.update((target.env if target else None) or {})
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    out_path, err_path = os.path.join(directory, "stdout.txt"), os.path.join(directory, "stderr.txt")
+    run = BackendRun(backend=backend, options=options, capture_dir=directory, stdout=out_path, stderr=err_path)
+    start = time.perf_counter()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    cwd=(target.cwd if target else None), env=child_env,
+                                    start_new_session=(os.name == "posix"))
+        except OSError as exc:
+            run.status, run.returncode, run.message = "error", None, f"could not start the child process: {exc}"
+            return run
+        try:
+            run.returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            run.seconds = time.perf_counter() - start
+            run.status, run.returncode = "timeout", proc.returncode
+            run.message = f"timed out after {timeout:g} s; the run was stopped"
+            _finish_calls(run)
+            return run
+        except KeyboardInterrupt:
+            _kill(proc)
+            raise
+    run.seconds = time.perf_counter() - start
+    status = read_status(directory)
+    _finish_calls(run)
+    if echo is not None:
+        try:
+            with open(out_path, encoding="utf-8", errors="replace") as f:
+                echo(f.read())
+        except OSError:
+            pass
+    crash = crash_name(run.returncode)
+    if crash is not None:
+        run.status, run.signal = "crashed", crash
+        when = "after the script completed" if status and status.get("status") == "ok" else "during the run"
+        run.message = (f"crashed with {run.signal} {when}; the {run.calls} call(s) recorded before the crash "
+                       f"are kept")
+        stack = _crash_stack(err_path)
+        if stack:
+            run.message += f"\nPython stack at the crash (innermost first):\n{stack}"
+        return run
+    if status is None:
+        run.status = "error"
+        run.message = f"the child process ended (exit {run.returncode}) without a status: {_tail(err_path)}"
+        return run
+    run.status = status.get("status", "error")
+    if run.status != "ok":
+        tail = _tail(err_path)
+        run.message = status.get("message") or f"exit status {run.returncode}"
+        if tail and run.status in ("script_failed", "error"):
+            run.message += f"\n{tail}"
+    return run
+
+
+def _finish_calls(run: BackendRun) -> None:
+    try:
+        with open(os.path.join(run.capture_dir, "calls.jsonl"), "rb") as f:
+            run.calls = sum(1 for line in f if line.endswith(b"\n"))
+    except OSError:
+        run.calls = 0
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Stop the child and its process group (the group was created for this child only)."""
+    try:
+        if os.name == "posix":
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

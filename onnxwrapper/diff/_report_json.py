@@ -1,0 +1,79 @@
+"""The JSON report: one document per diff, schema ``onnxwrapper-diff-report`` version 1.
+
+The schema is specified in docs/diff.md ("JSON report"). The document is strict JSON: non-finite
+floats are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"`` (e.g. an SNR of identical
+outputs is ``"inf"``); tuples become lists.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "to_document", "write_json", "sanitize"]
+
+SCHEMA = "onnxwrapper-diff-report"
+SCHEMA_VERSION = 1
+
+
+def sanitize(value):
+    """Recursively make ``value`` strict-JSON friendly (see module docstring)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): sanitize(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [sanitize(v) for v in value]
+    if hasattr(value, "to_dict"):
+        return sanitize(value.to_dict())
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    if hasattr(value, "item"):  # numpy scalar
+        return sanitize(value.item())
+    return str(value)
+
+
+def to_document(result) -> dict:
+    """The report document of a :class:`~onnxwrapper.diff.DiffResult` (a plain, JSON-safe dict)."""
+    import onnxruntime
+
+    from onnxwrapper._version import __version__
+
+    doc = {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__},
+        "verdict": result.verdict,
+        "exit_status": result.exit_status,
+        "mode": result.mode,
+        "reference": result.reference,
+        "backends": list(result.backends),
+        "script": result.script,
+        "directory": result.directory,
+        "tolerances": result.tolerances.to_dict() if result.tolerances is not None else None,
+        "runs": {label: r.to_dict() for label, r in result.runs.items()},
+        "compared_calls": result.compared_calls,
+        "outputs": [s.to_dict() for s in result.outputs],
+        "failures": [c.to_dict() for c in result.failures],
+        "divergences": {k: list(v) for k, v in result.divergences.items()},
+        "localizations": [loc.to_dict() for loc in result.localizations],
+        "notes": list(result.notes),
+    }
+    return sanitize(doc)
+
+
+def write_json(result, path) -> str:
+    """Write :func:`to_document` to ``path`` (UTF-8, indented); returns the path."""
+    path = os.fspath(path)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(to_document(result), f, indent=1, ensure_ascii=False, allow_nan=False)
+    os.replace(tmp, path)
+    return path
