@@ -9,7 +9,9 @@ Every public name of ``onnxruntime`` is reachable here and *is* onnxruntime's ob
 * ``__version__`` — onnxwrapper's version (``get_version_string()`` stays onnxruntime's).
 
 Added names: :func:`get_available_backends`, :class:`BackendInfo`, :func:`add_run_observer`,
-the error classes in :mod:`onnxwrapper.errors`. ``onnxruntime.capi``, ``.quantization`` and
+:class:`PartitionReport` / :class:`NodeAssignment` / :class:`PartialOffloadWarning` (what
+``InferenceSession.get_partition()`` returns and warns), the error classes in
+:mod:`onnxwrapper.errors`. ``onnxruntime.capi``, ``.quantization`` and
 ``.tools`` are used from onnxruntime itself. Importing this module imports onnxruntime and
 nothing else: no backend SDK, no I/O, no logging configuration.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import onnxruntime as _onnxruntime
 
+from onnxwrapper._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
 from onnxwrapper._registry import BackendInfo, get_available_backends
 from onnxwrapper._session import InferenceSession, add_run_observer
 from onnxwrapper._version import __version__
@@ -41,6 +44,9 @@ _OWN = [
     "get_available_backends",
     "BackendInfo",
     "add_run_observer",
+    "PartitionReport",
+    "NodeAssignment",
+    "PartialOffloadWarning",
     "OnnxwrapperError",
     "BackendError",
     "BackendNotFoundError",

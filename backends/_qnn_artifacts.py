@@ -1,0 +1,140 @@
+"""Precompiled QNN artifacts next to the user's model, found by an ordered list of resolvers.
+
+When a session is opened for a model *path*, every resolver in :data:`ARTIFACT_RESOLVERS` is
+asked in order; the first that returns a :class:`ResolvedArtifact` wins over the compile cache.
+Built-in order:
+
+1. :func:`resolve_epcontext_next_to_model` — ``<stem>_ctx.onnx`` in the model's folder (the name
+   ORT itself writes with ``ep.context_enable=1`` and no ``ep.context_file_path``), with its
+   ``*_qnn.bin`` when it was generated with ``ep.context_embed_mode=0``.
+2. :func:`resolve_raw_context_binary` — raw QNN context binaries in the naming conventions of
+   qai_appbuilder's wrapper (``<stem>.htp.bin``, ``<stem>.onnx.htp.bin``, …, ``<stem>_ctx_qnn.bin``,
+   ``<stem>.bin`` last), wrapped into an EPContext model by ``backends/_qnn_binary.py`` (issue 7),
+   imported on first use.
+
+Contract of a resolver: ``resolver(source, settings) -> ResolvedArtifact | None`` where
+``source`` is the :class:`~onnxwrapper._model_source.ModelSource` (``source.path`` is not
+``None``) and ``settings`` the :class:`~onnxwrapper.backends._qnn_settings.QnnSettings`. It must
+be cheap when nothing is there (a few ``os.path`` checks) and must not modify the user's folder.
+The returned ``ctx_path`` is loaded by ORT with the QNN EP; the backend then checks that its
+inputs and outputs have the original model's names and element types.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from onnxwrapper.errors import ArtifactError
+
+__all__ = ["ResolvedArtifact", "ArtifactResolver", "ARTIFACT_RESOLVERS", "register_artifact_resolver",
+           "resolve_precompiled", "resolve_epcontext_next_to_model", "resolve_raw_context_binary",
+           "check_artifact_interface"]
+
+_log = logging.getLogger("onnxwrapper.qnn")
+
+
+@dataclass(frozen=True)
+class ResolvedArtifact:
+    """A precompiled artifact usable instead of compiling.
+
+    Attributes:
+        ctx_path: path of an EPContext ONNX model ORT can load with the QNN EP.
+        kind: ``"epcontext"`` or ``"context_binary"`` (a wrapped raw QNN context binary).
+        origin: the file that was found next to the model (for logs and reports).
+        note: free text, e.g. the naming convention that matched.
+    """
+
+    ctx_path: str
+    kind: str
+    origin: str
+    note: str = ""
+
+
+ArtifactResolver = Callable[..., "ResolvedArtifact | None"]
+
+
+def resolve_epcontext_next_to_model(source, settings) -> ResolvedArtifact | None:
+    """``<model folder>/<stem>_ctx.onnx`` if it exists (``stem`` = file name without ``.onnx``)."""
+    if source.path is None:
+        return None
+    candidate = os.path.join(source.directory, f"{source.stem}_ctx.onnx")
+    if os.path.isfile(candidate):
+        return ResolvedArtifact(candidate, "epcontext", candidate, "EPContext model next to the model")
+    return None
+
+
+def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
+    """A raw QNN context binary next to the model, wrapped as an EPContext model (see
+    ``onnxwrapper.backends._qnn_binary.resolve_raw_context_binary``, imported here on first use).
+
+    Raises:
+        ArtifactError: a binary was found but cannot be read or wrapped (e.g. quantized IO).
+    """
+    from onnxwrapper.backends._qnn_binary import resolve_raw_context_binary as resolve
+
+    return resolve(source, settings)
+
+
+#: resolvers asked in order: EPContext model first, then raw context binaries
+ARTIFACT_RESOLVERS: list[ArtifactResolver] = [resolve_epcontext_next_to_model, resolve_raw_context_binary]
+
+
+def register_artifact_resolver(resolver: ArtifactResolver, *, index: int | None = None) -> Callable[[], None]:
+    """Add a resolver (at ``index``, default last). Returns a function that removes it again."""
+    if index is None:
+        ARTIFACT_RESOLVERS.append(resolver)
+    else:
+        ARTIFACT_RESOLVERS.insert(index, resolver)
+
+    def undo() -> None:
+        if resolver in ARTIFACT_RESOLVERS:
+            ARTIFACT_RESOLVERS.remove(resolver)
+
+    return undo
+
+
+def resolve_precompiled(source, settings) -> ResolvedArtifact | None:
+    """The first artifact a resolver finds for ``source``, or ``None`` (also for bytes models)."""
+    if source.path is None:
+        return None
+    for resolver in list(ARTIFACT_RESOLVERS):
+        found = resolver(source, settings)
+        if found is not None:
+            _log.info("onnxwrapper qnn: using precompiled %s %s for %s", found.kind, found.origin, source.path)
+            return found
+    return None
+
+
+def _signature(values, inits=()) -> list[tuple[str, int]]:
+    return [(v.name, v.type.tensor_type.elem_type) for v in values if v.name not in inits]
+
+
+def check_artifact_interface(artifact: ResolvedArtifact, original):
+    """Check that the artifact's graph inputs/outputs match the original model's names and element types.
+
+    Returns:
+        The artifact's ``onnx.ModelProto`` (without external data).
+
+    Raises:
+        ArtifactError: the artifact is unreadable or belongs to another model version (stale).
+    """
+    import onnx
+
+    try:
+        ctx = onnx.load(artifact.ctx_path, load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError, OSError, ValueError
+        raise ArtifactError(f"Precompiled artifact {artifact.origin} could not be read: {exc}",
+                            path=artifact.origin) from exc
+    inits = {i.name for i in original.graph.initializer}
+    want_in, want_out = _signature(original.graph.input, inits), _signature(original.graph.output)
+    ctx_inits = {i.name for i in ctx.graph.initializer}
+    got_in, got_out = _signature(ctx.graph.input, ctx_inits), _signature(ctx.graph.output)
+    if sorted(got_in) != sorted(want_in) or got_out != want_out:
+        raise ArtifactError(
+            f"Precompiled artifact {artifact.origin} does not match the model: inputs {got_in} / outputs {got_out}, "
+            f"expected inputs {want_in} / outputs {want_out} (name, ONNX element type). It is probably stale: "
+            f"delete or regenerate it (`aipc compile`).", path=artifact.origin)
+    return ctx

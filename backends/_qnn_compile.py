@@ -1,0 +1,212 @@
+"""Compile an ONNX model to a QNN EPContext model (+ raw QNN context binary), cached by content.
+
+Compilation is ORT's EPContext generation (measured on onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0):
+a QNN session created with the session configs ``ep.context_enable=1``,
+``ep.context_embed_mode=0`` and ``ep.context_file_path=<dir>/model_ctx.onnx`` writes
+``model_ctx.onnx`` (one ``EPContext`` node per QNN partition, plus any CPU nodes) and
+``model_ctx_qnn.bin`` (a real QNN context binary, referenced by a relative path). Loading the
+ctx model takes milliseconds instead of a compile. ``session.record_ep_graph_assignment_info=1``
+on the generating session gives the per-node partition (:class:`~onnxwrapper._partition.PartitionReport`),
+which is stored with the cache entry because a loaded ctx model only shows ``EPContext`` nodes.
+
+The generated ctx model gets the original model's metadata (producer, domain, doc strings,
+model_version, metadata_props, graph name/doc), so ``get_modelmeta()`` equals the original's;
+ORT's own ``ep_compatibility_info.QNNExecutionProvider`` entry is moved to the cache manifest
+(the cache key already pins QNN SDK, ORT, soc_model and htp_arch).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import time
+from typing import Any, Mapping
+
+from onnxwrapper._cache import ArtifactCache, CacheEntry, make_key
+from onnxwrapper._partition import PartitionReport
+from onnxwrapper.backends._qnn_runtime import (EP_NAME, copy_session_options, native_stdout_guard, qnn_versions)
+from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
+
+__all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
+           "create_qnn_session",
+           "generate_epcontext", "compile_cache_key", "cached_compile", "copy_model_metadata"]
+
+_log = logging.getLogger("onnxwrapper.qnn")
+
+#: part of every cache key; bump when what is stored changes
+CACHE_FORMAT = "qnn-epcontext-v1"
+CTX_NAME = "model_ctx.onnx"
+_COMPAT_PREFIX = "ep_compatibility_info."
+
+
+def ort_session_class():
+    """onnxruntime's own ``InferenceSession`` class, from its defining module (unaffected by an
+    import hot-patch of ``onnxruntime.InferenceSession``)."""
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+    return InferenceSession
+
+
+def build_session_options(user_so, ep_options: Mapping[str, str], devices, configs: Mapping[str, str] | None = None,
+                          *, profiling: bool | None = None):
+    """A fresh ``SessionOptions``: a copy of the user's, the extra ``configs`` and the QNN EP.
+
+    Args:
+        user_so: the user's ``SessionOptions`` or ``None`` (never modified).
+        ep_options: QNN EP options for ``add_provider_for_devices``.
+        devices: the QNN ``OrtEpDevice`` list. configs: extra session config entries.
+        profiling: override ``enable_profiling`` (``None`` keeps the user's).
+    """
+    so, _entries = copy_session_options(user_so)
+    for key, value in (configs or {}).items():
+        so.add_session_config_entry(key, str(value))
+    if profiling is not None:
+        so.enable_profiling = profiling
+    so.add_provider_for_devices(devices, dict(ep_options))
+    return so
+
+
+def ep_creation_error(exc: RuntimeError) -> BackendUnavailableError | None:
+    """The error to raise for ORT's ``RuntimeError`` "Error creating execution provider" (the QNN EP
+    could not be created; ORT would retry on CPU unless ``enable_fallback=0``), else ``None``."""
+    if "Error creating execution provider" not in str(exc):
+        return None
+    return BackendUnavailableError(
+        f"The QNN execution provider could not be created: {exc}. onnxwrapper does not fall back to CPU; check the "
+        f"QNN options (or run with backend='cpu').", backend="qnn", reason=str(exc))
+
+
+def create_qnn_session(model, so, kwargs: Mapping[str, Any] | None = None):
+    """``onnxruntime.InferenceSession(model, so, enable_fallback=0, …)`` with the native stdout guard.
+
+    Raises:
+        BackendUnavailableError: the QNN EP could not be created (see :func:`ep_creation_error`),
+            chained to ORT's error.
+        Anything else ORT raises for the model (unchanged).
+    """
+    args = dict(kwargs or {})
+    args["enable_fallback"] = 0
+    with native_stdout_guard():
+        try:
+            return ort_session_class()(model, so, **args)
+        except RuntimeError as exc:
+            mapped = ep_creation_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+
+def copy_model_metadata(ctx_path: str, original) -> str | None:
+    """Give the ctx model at ``ctx_path`` the metadata of ``original`` (an ``onnx.ModelProto``).
+
+    Returns:
+        ORT's removed ``ep_compatibility_info.*`` value (or ``None``).
+    """
+    import onnx
+
+    ctx = onnx.load(ctx_path, load_external_data=False)
+    compat = None
+    for prop in ctx.metadata_props:
+        if prop.key.startswith(_COMPAT_PREFIX):
+            compat = prop.value
+    ctx.producer_name = original.producer_name
+    ctx.producer_version = original.producer_version
+    ctx.domain = original.domain
+    ctx.model_version = original.model_version
+    ctx.doc_string = original.doc_string
+    ctx.graph.name = original.graph.name
+    ctx.graph.doc_string = original.graph.doc_string
+    del ctx.metadata_props[:]
+    ctx.metadata_props.extend(original.metadata_props)
+    tmp = ctx_path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(ctx.SerializeToString())
+    os.replace(tmp, ctx_path)
+    return compat
+
+
+def generate_epcontext(model, out_dir: str, user_so, ep_options: Mapping[str, str], devices, *, original,
+                       external_data_dir: str | None = None, ctx_name: str = CTX_NAME,
+                       kwargs: Mapping[str, Any] | None = None, note: str = "") -> dict[str, Any]:
+    """Compile ``model`` into ``out_dir/<ctx_name>`` (+ ``<ctx stem>_qnn.bin``).
+
+    Args:
+        model: model path or serialized bytes (static shapes).
+        out_dir: existing, empty directory. user_so: the user's SessionOptions or ``None``.
+        ep_options: QNN EP options. devices: QNN ``OrtEpDevice`` list.
+        original: the original ``onnx.ModelProto`` whose metadata the ctx model gets.
+        external_data_dir: folder of the model's external data when ``model`` is bytes.
+        note: text for the partition report (e.g. the specialization shapes).
+
+    Returns:
+        JSON-ready dict: ``ctx`` / ``bin`` (file names), ``partition`` (report dict),
+        ``compile_seconds``, ``ep_options``, ``ep_compatibility_info``.
+
+    Raises:
+        PartitionError: the QNN EP took no node at all (nothing was compiled).
+        BackendUnavailableError: the QNN EP could not be created. ArtifactError: no ctx written.
+    """
+    ctx_path = os.path.join(out_dir, ctx_name)
+    configs = {"ep.context_enable": "1", "ep.context_embed_mode": "0", "ep.context_file_path": ctx_path,
+               "session.record_ep_graph_assignment_info": "1"}
+    if external_data_dir:
+        configs["session.model_external_initializers_file_folder_path"] = external_data_dir
+    so = build_session_options(user_so, ep_options, devices, configs, profiling=False)
+    start = time.perf_counter()
+    session = create_qnn_session(model, so, kwargs)
+    seconds = time.perf_counter() - start
+    report = PartitionReport.from_session(session, EP_NAME, source="compile", note=note)
+    del session
+    if report.target_nodes == 0:
+        raise PartitionError(
+            f"The QNN execution provider took none of the model's {len(report.nodes)} nodes ({report.summary()}): "
+            f"the QNN backend could not be set up or supports none of these ops (see ORT's E-level log lines on "
+            f"stderr). onnxwrapper does not run a 'qnn' session on CPU; use backend='cpu' for that.",
+            backend="qnn", cpu_nodes=report.cpu_nodes)
+    if not os.path.exists(ctx_path):
+        raise ArtifactError(f"The QNN EP compiled the model but wrote no EPContext model at {ctx_path}.", path=ctx_path)
+    compat = copy_model_metadata(ctx_path, original)
+    stem = os.path.splitext(ctx_name)[0]
+    bins = sorted(os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(out_dir), stem + "*.bin")))
+    return {"ctx": ctx_name, "bin": bins[0] if bins else None, "partition": report.to_dict(),
+            "compile_seconds": seconds, "ep_options": dict(ep_options), "ep_compatibility_info": compat}
+
+
+def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shapes: Mapping[str, Any] | None,
+                      so_entries: Mapping[str, str], graph_optimization_level: int) -> str:
+    """Cache key of one compile: model content (+ external data), compile-relevant EP options,
+    specialization shapes, copied session config entries and optimization level, QNN SDK /
+    onnxruntime-qnn / onnxruntime versions and :data:`CACHE_FORMAT`."""
+    parts = {"format": CACHE_FORMAT, "model": model_hash, "ep_options": dict(sorted(compile_options.items())),
+             "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}, "session_config": dict(so_entries),
+             "graph_optimization_level": int(graph_optimization_level)}
+    parts.update(qnn_versions())
+    return make_key(parts)
+
+
+def cached_compile(cache: ArtifactCache, key: str, model, user_so, ep_options: Mapping[str, str], devices, *,
+                   original, external_data_dir: str | None = None, kwargs: Mapping[str, Any] | None = None,
+                   note: str = "") -> tuple[CacheEntry, str, PartitionReport]:
+    """The cached EPContext for ``key``, compiling ``model`` into the cache on a miss.
+
+    Returns:
+        ``(entry, ctx path, partition report)``; ``entry.hit`` tells whether it was compiled now.
+        The report's ``source`` is ``"compile"`` on a miss and ``"cache"`` on a hit.
+    """
+    def build(directory: str) -> dict[str, Any]:
+        _log.info("onnxwrapper qnn: compiling %s for the QNN HTP …", note or "model")
+        return generate_epcontext(model, directory, user_so, ep_options, devices, original=original,
+                                  external_data_dir=external_data_dir, kwargs=kwargs, note=note)
+
+    entry = cache.get_or_create(key, build)
+    if "partition" not in entry.meta or not os.path.isfile(entry.file(entry.meta.get("ctx", CTX_NAME))):
+        _log.warning("onnxwrapper qnn: cache entry %s lacks its EPContext model or partition record; rebuilding",
+                     key[:16])
+        cache.remove(key)
+        entry = cache.get_or_create(key, build)
+    ctx = entry.file(entry.meta.get("ctx", CTX_NAME))
+    report = PartitionReport.from_dict(entry.meta["partition"])
+    if entry.hit:
+        report = report.with_source("cache")
+    return entry, ctx, report

@@ -1,0 +1,163 @@
+"""``QnnBackend.open``: from a :class:`~onnxwrapper.backends.base.SessionRequest` to a backend session.
+
+Order of work (each step can raise, nothing native happens before step 4):
+
+1. the model argument → :class:`~onnxwrapper._model_source.ModelSource` + ``onnx.ModelProto``
+   (ORT's exception classes and messages for bad input);
+2. raw QNN EP options from the request (the user's SessionOptions, ``providers``/``provider_options``)
+   + backend options → :class:`~onnxwrapper.backends._qnn_settings.QnnSettings`;
+3. the QNN plugin is registered and the process-global configuration pinned;
+4. static model: precompiled artifact next to the model, else cached / compiled EPContext;
+   dynamic model: a metadata session + per-shape specializations built on demand.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from onnxwrapper.backends._qnn_artifacts import check_artifact_interface, resolve_precompiled
+from onnxwrapper.backends._qnn_compile import (build_session_options, cached_compile, compile_cache_key,
+                                               create_qnn_session)
+from onnxwrapper.backends._qnn_runtime import (EP_NAME, claim_config, copy_session_options, ensure_registered,
+                                               user_qnn_ep_options)
+from onnxwrapper.backends._qnn_session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition
+from onnxwrapper.backends._qnn_settings import merge_raw_options, resolve_settings
+from onnxwrapper.errors import BackendCapabilityError
+
+__all__ = ["open_session", "request_ep_options"]
+
+
+def request_ep_options(request) -> dict[str, str]:
+    """Raw QNN EP options carried by a request, lowest precedence first: the user's SessionOptions
+    entries ``ep.qnnexecutionprovider.*``; a ``("QNNExecutionProvider", {...})`` item of
+    ``providers`` or ``provider_options[i]`` for ``providers[i] == "QNNExecutionProvider"``
+    (whether or not ``backend=`` was given too); the options the backend selection extracted."""
+    from_providers: dict = {}
+    providers, options = request.providers, request.provider_options
+    if isinstance(providers, (list, tuple)):
+        for index, item in enumerate(providers):
+            if isinstance(item, tuple) and len(item) == 2 and item[0] == EP_NAME and isinstance(item[1], dict):
+                from_providers = item[1]
+            elif item == EP_NAME and isinstance(options, (list, tuple)) and index < len(options) \
+                    and isinstance(options[index], dict):
+                from_providers = options[index]
+    return merge_raw_options(user_qnn_ep_options(request.sess_options), from_providers,
+                             request.provider_backend_options)
+
+
+def _label(source) -> str:
+    return repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
+
+
+def _is_ort_format(request, source) -> bool:
+    if source.path is not None and source.path.lower().endswith(".ort"):
+        return True
+    so = request.sess_options
+    if so is not None:
+        try:
+            return so.get_session_config_entry("session.load_model_format").upper() == "ORT"
+        except RuntimeError:
+            return False
+    return False
+
+
+def _is_epcontext_model(proto) -> bool:
+    """True when the model already is a compiled EPContext model (it has ``EPContext`` nodes)."""
+    return any(node.op_type == "EPContext" for node in proto.graph.node)
+
+
+def _model_meta_override(ctx_proto, original):
+    """A look-alike ModelMetadata of ``original`` when the artifact's metadata differs, else ``None``."""
+    from onnxwrapper._metadata import modelmeta_from_onnx
+
+    wanted = modelmeta_from_onnx(original)
+    got = modelmeta_from_onnx(ctx_proto)
+    return None if wanted == got else wanted
+
+
+def open_session(config: dict[str, Any], request, availability):
+    """Open a QNN backend session for ``request`` (see the module docstring).
+
+    Args:
+        config: validated backend options. request: the SessionRequest. availability: probe result.
+    """
+    import onnxruntime
+
+    from onnxwrapper._cache import ArtifactCache
+    from onnxwrapper._model_source import ModelSource
+    from onnxwrapper._shapes import dynamic_inputs, shapes_note, specialize
+
+    source = ModelSource.from_arg(request.path_or_bytes)
+    if _is_ort_format(request, source):
+        raise BackendCapabilityError("Backend 'qnn' compiles ONNX models; ORT-format (.ort) models are not "
+                                     "supported. Pass the .onnx model.", backend="qnn")
+    proto = source.load_proto()
+    label = _label(source)
+    stem = source.stem or "model"
+    settings = resolve_settings(config, request_ep_options(request), real_npu=availability.real_npu,
+                                default_profile_path=os.path.abspath(f"onnxwrapper_qnn_profile_{stem}.csv"))
+    devices = ensure_registered()
+    claim_config(settings.process_config(), label)
+    kwargs = {k: v for k, v in request.kwargs.items() if k != "enable_fallback"}
+    user_so = request.sess_options
+    _copy, so_entries = copy_session_options(user_so, warn=True)
+    level = int(user_so.graph_optimization_level) if user_so is not None else 99
+    load_configs = {"session.record_ep_graph_assignment_info": "1"}
+    # strict sessions are checked on the compile-time partition before loading; the loaded ctx
+    # session then also refuses CPU nodes in ORT itself (cannot fire: checked already)
+    strict_configs = dict(load_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
+    model_hash = source.content_hash()
+    warn_key = f"{model_hash}:{settings.describe()}"
+    cache = ArtifactCache(settings.cache_dir)
+    dynamic = dynamic_inputs(proto)
+
+    if not dynamic and _is_epcontext_model(proto):
+        # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
+        model_input = source.path if source.path is not None else source.read_bytes()
+        so = build_session_options(user_so, settings.ep_options, devices, load_configs)
+        info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
+        return QnnStaticSession(model_input, so, kwargs, report=None, strict=settings.strict, label=label,
+                                warn_key=warn_key, artifact=info)
+    if not dynamic:
+        start = time.perf_counter()
+        artifact = resolve_precompiled(source, settings)
+        if artifact is not None:
+            ctx_proto = check_artifact_interface(artifact, proto)
+            so = build_session_options(user_so, settings.ep_options, devices, load_configs)
+            info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
+            return QnnStaticSession(artifact.ctx_path, so, kwargs, report=None, strict=settings.strict, label=label,
+                                    warn_key=warn_key, artifact=info, model_meta=_model_meta_override(ctx_proto, proto))
+        key = compile_cache_key(model_hash, settings.compile_options(), None, so_entries, level)
+        model_input = source.path if source.path is not None else source.read_bytes()
+        entry, ctx, report = cached_compile(cache, key, model_input, user_so, settings.ep_options, devices,
+                                            original=proto, kwargs=kwargs, note=label)
+        seconds = entry.build_seconds if not entry.hit else time.perf_counter() - start
+        info = ArtifactInfo("cache" if entry.hit else "compiled", ctx, None, seconds, key)
+        check_partition(report, strict=settings.strict, label=label, warn_key=warn_key, stacklevel=4)
+        so = build_session_options(user_so, settings.ep_options, devices, strict_configs)
+        return QnnStaticSession(ctx, so, kwargs, report=report, strict=settings.strict, label=label,
+                                warn_key=warn_key, artifact=info)
+
+    def build(shapes: dict[str, tuple]):
+        start = time.perf_counter()
+        spec_key = compile_cache_key(model_hash, settings.compile_options(), shapes, so_entries, level)
+        spec_bytes = specialize(proto, shapes).SerializeToString()
+        entry, ctx, report = cached_compile(cache, spec_key, spec_bytes, user_so, settings.ep_options, devices,
+                                            original=proto, external_data_dir=source.directory, kwargs=kwargs,
+                                            note=f"{label} [{shapes_note(shapes)}]")
+        if settings.strict:
+            check_partition(report, strict=True, label=f"{label} [{shapes_note(shapes)}]", warn_key=warn_key)
+        session = create_qnn_session(ctx, build_session_options(user_so, settings.ep_options, devices, strict_configs),
+                                     kwargs)
+        seconds = entry.build_seconds if not entry.hit else time.perf_counter() - start
+        return session, report, ArtifactInfo("cache" if entry.hit else "compiled", ctx, dict(shapes), seconds, spec_key)
+
+    meta_so, _entries = copy_session_options(user_so)
+    meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    meta_so.enable_profiling = False
+    model_input = source.path if source.path is not None else source.read_bytes()
+    return QnnDynamicSession(model_input, meta_so, kwargs, build=build, dynamic_names=list(dynamic),
+                             ep_options=settings.ep_options, max_specializations=settings.max_specializations,
+                             strict=settings.strict, label=label, warn_key=warn_key)

@@ -1,0 +1,306 @@
+"""Process-level plumbing of the QNN backend: plugin registration, device facts, the process-global
+QNN configuration guard, the native stdout line, and configured copies of ``SessionOptions``.
+
+Facts this module is built on (onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0, x86-64 Linux, measured):
+
+* The QNN EP is a plugin: ``onnxruntime.register_execution_provider_library(name, path)`` once per
+  process (a second call raises ``Fail: EP library is already registered under
+  QNNExecutionProvider``), then ``SessionOptions.add_provider_for_devices(devices, options)``.
+  ``providers=["QNNExecutionProvider"]`` is silently ignored by ORT.
+* On x86-64 the QNN ``OrtEpDevice`` reports ``OrtHardwareDeviceType.CPU``: it is the HTP
+  simulator. A real Snapdragon NPU reports ``NPU``.
+* The first QNN session of a process prints ``" # LIBNATIVE: No alternate configuration present in
+  libnative_tls.conf …"`` on **stdout** (native code, file descriptor 1). :func:`native_stdout_guard`
+  redirects fd 1 into a temporary file around the first QNN session creation only, drops that
+  line and writes everything else back to fd 1, so a script's stdout is the same as on CPU.
+* The simulator's configuration is process-global: a session without ``soc_model`` inherits the
+  last explicit one. :func:`claim_config` therefore pins the first configuration and refuses a
+  different one with :class:`~onnxwrapper.errors.BackendConfigConflictError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Iterator
+
+from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError
+
+__all__ = ["EP_NAME", "INSTALL_HINT", "QnnProcessConfig", "qnn_versions", "is_x86_host", "ensure_registered",
+           "claim_config", "active_config", "native_stdout_guard", "copy_session_options", "user_qnn_ep_options"]
+
+_log = logging.getLogger("onnxwrapper.qnn")
+
+EP_NAME = "QNNExecutionProvider"
+INSTALL_HINT = "pip install 'onnxwrapper[qnn]'"
+_LIBNATIVE_MARK = b"# LIBNATIVE:"
+
+_lock = threading.RLock()
+_registered = False
+_active: tuple["QnnProcessConfig", str] | None = None
+_stdout_done = False
+
+
+def qnn_versions() -> dict[str, str]:
+    """``{"onnxruntime": …, "onnxruntime_qnn": …, "qnn_sdk": …}``; raises ImportError without onnxruntime-qnn."""
+    import onnxruntime
+    import onnxruntime_qnn
+
+    info = getattr(onnxruntime_qnn, "build_and_package_info", None)
+    return {"onnxruntime": onnxruntime.__version__, "onnxruntime_qnn": getattr(onnxruntime_qnn, "__version__", "?"),
+            "qnn_sdk": str(getattr(info, "qnn_version", "unknown"))}
+
+
+def is_x86_host() -> bool:
+    """True on x86-64 / x86 hosts, where onnxruntime-qnn's HTP is the simulator."""
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def ensure_registered() -> list:
+    """Register the QNN plugin EP once per process (thread-safe) and return its ``OrtEpDevice`` list.
+
+    Tolerates a registration made by the user (or another library) before.
+
+    Raises:
+        BackendUnavailableError: onnxruntime-qnn is missing, its library cannot be loaded, or it
+            reports no device.
+    """
+    global _registered
+    import onnxruntime
+
+    with _lock:
+        if not _registered:
+            try:
+                import onnxruntime_qnn
+            except ImportError as exc:
+                raise BackendUnavailableError(
+                    f"Backend 'qnn' needs onnxruntime-qnn, which cannot be imported ({exc}). To fix: {INSTALL_HINT}.",
+                    backend="qnn", reason=f"onnxruntime-qnn is not installed ({exc})",
+                    install_hint=INSTALL_HINT) from exc
+            if not any(d.ep_name == EP_NAME for d in onnxruntime.get_ep_devices()):
+                try:
+                    onnxruntime.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
+                except Exception as exc:  # ORT raises its own Fail class
+                    if "already registered" not in str(exc):
+                        raise BackendUnavailableError(
+                            f"The QNN execution provider library could not be registered: {exc}",
+                            backend="qnn", reason=str(exc), install_hint=INSTALL_HINT) from exc
+            _registered = True
+        devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == EP_NAME]
+    if not devices:
+        raise BackendUnavailableError("The QNN execution provider is registered but reports no device.",
+                                      backend="qnn", reason="no QNN device", install_hint="")
+    return devices
+
+
+@dataclass(frozen=True)
+class QnnProcessConfig:
+    """The QNN configuration that is global to a process once initialised.
+
+    Attributes:
+        soc_model: QNN SoC model passed to the EP, ``None`` when not passed (simulator default).
+        htp_arch: Hexagon architecture passed to the EP, or ``None``.
+        precision: ``"fp16"`` or ``"fp32"`` — the math the HTP (simulator) uses.
+    """
+
+    soc_model: int | None
+    htp_arch: int | None
+    precision: str
+
+    def describe(self) -> str:
+        """E.g. ``"soc_model=60, htp_arch=73, precision=fp16"``."""
+        return f"soc_model={self.soc_model}, htp_arch={self.htp_arch}, precision={self.precision}"
+
+
+def claim_config(config: QnnProcessConfig, model: str) -> None:
+    """Pin ``config`` as this process's QNN configuration, or check it equals the pinned one.
+
+    Args:
+        config: what the new session needs. model: its model name, for the error message.
+
+    Raises:
+        BackendConfigConflictError: another configuration is already initialised here.
+    """
+    global _active
+    with _lock:
+        if _active is None:
+            _active = (config, model)
+            _log.debug("onnxwrapper qnn: process configuration %s (first used by %s)", config.describe(), model)
+            return
+        pinned, first = _active
+    if pinned != config:
+        raise BackendConfigConflictError(
+            f"The QNN backend of this process is already initialised with {pinned.describe()} (by {first}); "
+            f"the session for {model} asks for {config.describe()}. The QNN HTP configuration is process-global "
+            f"(a session without soc_model even inherits the last explicit one), so mixing them would silently "
+            f"give the wrong numerics. Run the second configuration in a separate process (`aipc diff` runs each "
+            f"backend in its own process).", backend="qnn", active=pinned, requested=config)
+
+
+def active_config() -> QnnProcessConfig | None:
+    """The pinned configuration of this process, or ``None`` before the first QNN session."""
+    with _lock:
+        return _active[0] if _active else None
+
+
+def _fflush_all() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError, TypeError):  # Windows or no libc symbol: nothing buffered to flush
+        pass
+
+
+@contextlib.contextmanager
+def native_stdout_guard() -> Iterator[None]:
+    """Around the first QNN session creation of the process: keep native stdout noise out of fd 1.
+
+    Everything written to file descriptor 1 during the block is captured in a temporary file;
+    afterwards lines containing ``# LIBNATIVE:`` are dropped (and logged at DEBUG) and the rest is
+    written back to fd 1 unchanged. Python's ``sys.stdout`` is flushed first so ordering holds.
+    Later calls are no-ops (the line is printed once per process). If fd 1 is not usable the
+    block runs unguarded.
+    """
+    global _stdout_done
+    if _stdout_done:
+        yield
+        return
+    with _lock:
+        if _stdout_done:
+            yield
+            return
+        try:
+            sys.stdout.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+        _fflush_all()
+        try:
+            saved = os.dup(1)
+        except OSError:
+            _stdout_done = True
+            yield
+            return
+        capture = tempfile.TemporaryFile()
+        try:
+            os.dup2(capture.fileno(), 1)
+            try:
+                yield
+            finally:
+                try:
+                    sys.stdout.flush()
+                except (AttributeError, ValueError, OSError):
+                    pass
+                _fflush_all()
+                os.dup2(saved, 1)
+                _stdout_done = True
+                _reemit(capture)
+        finally:
+            os.close(saved)
+            capture.close()
+
+
+def _reemit(capture) -> None:
+    """Write the captured bytes back to fd 1, minus the ``# LIBNATIVE:`` line(s)."""
+    capture.seek(0)
+    kept = []
+    for line in capture.read().splitlines(keepends=True):
+        if _LIBNATIVE_MARK in line:
+            _log.debug("onnxwrapper qnn: native stdout line kept off stdout: %s", line.decode(errors="replace").strip())
+        else:
+            kept.append(line)
+    if kept:
+        os.write(1, b"".join(kept))
+
+
+#: SessionOptions attributes copied to the configured copy (all read/write pybind properties)
+_ATTRIBUTES = ("graph_optimization_level", "intra_op_num_threads", "inter_op_num_threads", "execution_mode",
+               "execution_order", "enable_profiling", "profile_file_prefix", "log_severity_level",
+               "log_verbosity_level", "logid", "enable_mem_pattern", "enable_mem_reuse", "enable_cpu_mem_arena",
+               "use_deterministic_compute", "use_per_session_threads")
+#: documented ORT session config keys copied when set (ORT has no API to list the entries)
+_CONFIG_KEYS = ("session.disable_prepacking", "session.use_env_allocators", "session.set_denormal_as_zero",
+                "session.disable_quant_qdq", "session.disable_double_qdq_remover", "session.enable_quant_qdq_cleanup",
+                "session.disable_aot_function_inlining", "session.inter_op.allow_spinning",
+                "session.intra_op.allow_spinning", "session.intra_op_thread_affinities", "session.dynamic_block_base",
+                "session.force_spinning_stop", "session.strict_shape_type_inference",
+                "session.allow_released_opsets_only", "session.use_device_allocator_for_initializers",
+                "session.qdqisint8allowed", "session.x64quantprecision", "session.disable_specified_optimizers",
+                "optimization.enable_gelu_approximation", "optimization.disable_specified_optimizers",
+                "session.model_external_initializers_file_folder_path", "ep.share_ep_contexts",
+                "session.enable_cast_chain_elimination", "session.debug_layout_transformation")
+#: QNN EP option keys looked up as ``ep.qnnexecutionprovider.<key>`` in the user's SessionOptions
+_QNN_KEYS = ("backend_type", "soc_model", "htp_arch", "enable_htp_fp16_precision", "htp_performance_mode",
+             "qnn_context_priority", "device_id", "vtcm_mb", "htp_graph_finalization_optimization_mode",
+             "profiling_level", "profiling_file_path", "rpc_control_latency", "enable_htp_spill_fill_buffer",
+             "offload_graph_io_quantization", "enable_htp_shared_memory_allocator", "backend_path")
+
+
+def _config_entry(so, key: str) -> str | None:
+    try:
+        return so.get_session_config_entry(key)
+    except RuntimeError:  # "SessionOptions does not have configuration with key: …"
+        return None
+
+
+def copy_session_options(user, *, warn: bool = False):
+    """A new ``onnxruntime.SessionOptions`` configured like ``user`` (never mutated).
+
+    Copied: the attributes in ``_ATTRIBUTES`` and the documented config entries in
+    ``_CONFIG_KEYS``. Not copied, because ORT cannot read them back: free-dimension overrides,
+    initializers added with ``add_initializer``/``add_external_initializers``, custom-op
+    libraries, other config entries, provider-selection policies, execution providers (QNN
+    options set with ``add_provider_for_devices`` are read separately by
+    :func:`user_qnn_ep_options`). ``optimized_model_filepath`` is not copied either (ORT cannot
+    serialize a model with compiled QNN nodes). If the user did not choose a log severity
+    (``log_severity_level == -1``) the copy uses 3 (errors only), keeping the QNN EP's two
+    warning lines per session off stderr.
+
+    Args:
+        user: ``onnxruntime.SessionOptions`` or ``None``.
+        warn: log (WARNING, ``onnxwrapper.qnn``) what is ignored; once per session is enough.
+
+    Returns:
+        ``(SessionOptions, {config key: value})`` — the copy and the config entries copied (part
+        of the compile-cache key).
+    """
+    import onnxruntime
+
+    so = onnxruntime.SessionOptions()
+    entries: dict[str, str] = {}
+    if user is not None:
+        for name in _ATTRIBUTES:
+            try:
+                setattr(so, name, getattr(user, name))
+            except (AttributeError, TypeError):
+                continue
+        for key in _CONFIG_KEYS:
+            value = _config_entry(user, key)
+            if value is not None:
+                so.add_session_config_entry(key, value)
+                entries[key] = value
+        if warn and getattr(user, "optimized_model_filepath", ""):
+            _log.warning("onnxwrapper qnn: SessionOptions.optimized_model_filepath is ignored: ORT cannot "
+                         "serialize a model with compiled QNN nodes")
+    if so.log_severity_level == -1:
+        so.log_severity_level = 3
+    return so, entries
+
+
+def user_qnn_ep_options(user) -> dict[str, str]:
+    """QNN EP options the user set with ``add_provider_for_devices`` on their own SessionOptions
+    (stored by ORT as config entries ``ep.qnnexecutionprovider.<key>``), for known keys."""
+    if user is None or not user.has_providers():
+        return {}
+    found = {}
+    for key in _QNN_KEYS:
+        value = _config_entry(user, f"ep.qnnexecutionprovider.{key}")
+        if value is not None:
+            found[key] = value
+    return found

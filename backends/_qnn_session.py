@@ -1,0 +1,265 @@
+"""The two kinds of QNN backend session the façade attaches to.
+
+* :class:`QnnStaticSession` — models whose inputs are all static. The façade *is* the ORT session
+  of the EPContext model (cached, compiled or precompiled), so every ORT method (``run``,
+  ``run_with_ort_values``, IOBinding, ``run_async``, profiling) is ORT's own code on the QNN EP,
+  with no per-run overhead. Names/shapes/types of the ctx model equal the original's (checked).
+* :class:`QnnDynamicSession` — models with dynamic or partially fixed input dims, which the QNN
+  EP refuses. The façade is attached to a CPU session of the *original* model that is never run
+  (``ORT_DISABLE_ALL``): it reports the symbolic ``get_inputs()/get_outputs()``, metadata and ORT's
+  validation. Each run is validated against the symbolic metadata (ORT's errors), then routed to
+  a static specialization compiled for the feed's shapes on first use (cached on disk and in an
+  in-memory LRU of ``max_specializations`` sessions). IOBinding cannot be served (binding happens
+  before shapes are known) and raises :class:`~onnxwrapper.errors.BackendCapabilityError`.
+
+Both report their partition (:meth:`partition`), warn once per model when part of the graph runs
+on CPU (:class:`~onnxwrapper._partition.PartialOffloadWarning`) and raise
+:class:`~onnxwrapper.errors.PartitionError` under ``strict``. ``get_providers()`` lists only the EPs
+that run nodes (QNN first).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from onnxwrapper._partition import PartialOffloadWarning, PartitionReport
+from onnxwrapper._shapes import shapes_note
+from onnxwrapper.backends._qnn_compile import ep_creation_error
+from onnxwrapper.backends._qnn_runtime import EP_NAME, native_stdout_guard
+from onnxwrapper.backends.base import OrtBackendSession
+from onnxwrapper.errors import BackendCapabilityError, PartitionError
+
+__all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition"]
+
+_log = logging.getLogger("onnxwrapper.qnn")
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    """Where the compiled model of a session (or specialization) came from.
+
+    Attributes:
+        origin: ``"compiled"`` (compiled now, into the cache), ``"cache"`` (cache hit) or
+            ``"precompiled"`` (an artifact next to the model).
+        ctx_path: the EPContext model loaded. shapes: specialization shapes, ``None`` for static models.
+        seconds: compile time (``"compiled"``) or lookup + load time (others), in seconds.
+        key: cache key, when cached.
+    """
+
+    origin: str
+    ctx_path: str
+    shapes: Mapping[str, tuple] | None = None
+    seconds: float = 0.0
+    key: str | None = None
+
+
+def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_key: str, stacklevel: int = 2) -> None:
+    """Raise under ``strict`` if any node is off QNN; otherwise warn once per ``warn_key``.
+
+    The warning is a :class:`~onnxwrapper._partition.PartialOffloadWarning` attributed
+    ``stacklevel`` frames up (point it at the user's call); the same text is logged at INFO on
+    logger ``onnxwrapper.qnn``.
+
+    Raises:
+        PartitionError: ``strict`` and at least one node runs on another EP (lists them).
+    """
+    off = report.offloaded_nodes
+    if not off:
+        return
+    listed = ", ".join(f"{n.name or '<unnamed>'} ({n.op_type})" for n in off[:20]) + (" …" if len(off) > 20 else "")
+    if strict:
+        raise PartitionError(f"strict=True but {len(off)} node(s) of {label} would run outside the QNN EP: {listed}. "
+                             f"Partition: {report.summary()}. Replace or remove these ops, or drop strict.",
+                             backend="qnn", cpu_nodes=report.cpu_nodes)
+    with _warned_lock:
+        if warn_key in _warned:
+            return
+        _warned.add(warn_key)
+    message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
+               f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
+    _log.info("onnxwrapper qnn: %s", message)
+    warnings.warn(message, PartialOffloadWarning, stacklevel=stacklevel + 1)
+
+
+class QnnStaticSession(OrtBackendSession):
+    """Façade = ORT session of an EPContext model with the QNN EP.
+
+    Args:
+        ctx_path: EPContext model to load. sess_options: configured copy with the QNN EP added.
+        kwargs: ORT keyword arguments (``enable_fallback`` forced to 0).
+        report: partition from compile/cache, or ``None`` to read it from the loaded session
+            (precompiled artifacts). strict: raise on CPU nodes. label: model name for messages.
+        warn_key: identity of the model for warn-once. artifact: :class:`ArtifactInfo`.
+        model_meta: metadata object to report instead of the artifact's (precompiled ctx models
+            that lack the original metadata), or ``None``.
+    """
+
+    def __init__(self, ctx_path: str, sess_options, kwargs: Mapping[str, Any], *, report: PartitionReport | None,
+                 strict: bool, label: str, warn_key: str, artifact: ArtifactInfo, model_meta=None) -> None:
+        args = dict(kwargs)
+        args["enable_fallback"] = 0
+        super().__init__(ctx_path, sess_options, None, None, args)
+        self.report = report
+        self.strict = strict
+        self.label = label
+        self.warn_key = warn_key
+        self.artifacts = [artifact]
+        self.model_meta = model_meta
+
+    def attach(self, session) -> None:
+        start = time.perf_counter()
+        with native_stdout_guard():
+            try:
+                super().attach(session)
+            except RuntimeError as exc:
+                mapped = ep_creation_error(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
+        _log.debug("onnxwrapper qnn: loaded %s in %.3f s", self.path_or_bytes, time.perf_counter() - start)
+
+    def after_create(self, session) -> None:
+        if self.report is None:
+            self.report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=self.label)
+        if self.report.target_nodes == 0:
+            raise PartitionError(f"The QNN execution provider took no node of {self.label}: {self.report.summary()}.",
+                                 backend="qnn", cpu_nodes=self.report.cpu_nodes)
+        check_partition(self.report, strict=self.strict, label=self.label, warn_key=self.warn_key, stacklevel=5)
+        session._providers = self.report.providers
+        if self.model_meta is not None:
+            session._model_meta = self.model_meta
+
+    def partition(self) -> PartitionReport:
+        """The :class:`~onnxwrapper._partition.PartitionReport` of this session."""
+        return self.report
+
+
+@dataclass
+class _Specialization:
+    session: Any
+    report: PartitionReport
+    artifact: ArtifactInfo
+
+
+class QnnDynamicSession(OrtBackendSession):
+    """Façade = never-run CPU session of the original model; runs go to per-shape QNN sessions.
+
+    Args:
+        model: the original model (path or bytes) for the metadata session.
+        meta_options: ``SessionOptions`` for the metadata session (CPU only).
+        kwargs: ORT keyword arguments for the metadata session.
+        build: ``build(shapes) -> (ort session, PartitionReport, ArtifactInfo)`` compiles or loads
+            the specialization for ``{input name: shape}``.
+        dynamic_names: names of the inputs with non-static dims.
+        ep_options: QNN EP options (reported by ``get_provider_options()``).
+        max_specializations: LRU bound of live specialization sessions (≥ 1).
+        strict, label, warn_key: as :class:`QnnStaticSession`.
+    """
+
+    def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
+                 ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
+                 warn_key: str) -> None:
+        args = dict(kwargs)
+        args["enable_fallback"] = 0
+        super().__init__(model, meta_options, ["CPUExecutionProvider"], None, args)
+        self._build = build
+        self.dynamic_names = tuple(dynamic_names)
+        self.ep_options = dict(ep_options)
+        self.max_specializations = max(1, int(max_specializations))
+        self.strict = strict
+        self.label = label
+        self.warn_key = warn_key
+        self.artifacts: list[ArtifactInfo] = []
+        self._live: OrderedDict[tuple, _Specialization] = OrderedDict()
+        self._latest: PartitionReport | None = None
+        self._lock = threading.RLock()
+
+    def after_create(self, session) -> None:
+        session._providers = [EP_NAME]
+        session._provider_options = {EP_NAME: dict(self.ep_options)}
+
+    def partition(self) -> PartitionReport | None:
+        """Partition of the most recently used specialization; ``None`` before the first run."""
+        return self._latest
+
+    def close(self) -> None:
+        """Release the live specialization sessions (their artifacts stay in the disk cache)."""
+        with self._lock:
+            self._live.clear()
+
+    # -- specializations -------------------------------------------------------------------------
+    def _specialization(self, session, shapes: dict[str, tuple]) -> _Specialization:
+        key = tuple(sorted(shapes.items()))
+        with self._lock:
+            spec = self._live.get(key)
+            if spec is not None:
+                self._live.move_to_end(key)
+            else:
+                ort_session, report, artifact = self._build(shapes)
+                label = f"{self.label} [{shapes_note(shapes)}]"
+                if report.target_nodes == 0:
+                    raise PartitionError(f"The QNN execution provider took no node of {label}: {report.summary()}.",
+                                         backend="qnn", cpu_nodes=report.cpu_nodes)
+                check_partition(report, strict=self.strict, label=label, warn_key=self.warn_key, stacklevel=5)
+                spec = _Specialization(ort_session, report, artifact)
+                self.artifacts.append(artifact)
+                self._live[key] = spec
+                _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live", shapes_note(shapes),
+                          self.label, artifact.origin, artifact.seconds, len(self._live))
+                while len(self._live) > self.max_specializations:
+                    old, _dropped = self._live.popitem(last=False)
+                    _log.info("onnxwrapper qnn: released specialization %s of %s (max_specializations=%d; it stays "
+                              "in the disk cache)", shapes_note(dict(old)), self.label, self.max_specializations)
+            self._latest = spec.report
+            session._providers = spec.report.providers
+            return spec
+
+    def _shapes(self, arrays: Mapping[str, Any]) -> dict[str, tuple]:
+        return {name: tuple(int(d) for d in arrays[name].shape) for name in self.dynamic_names if name in arrays}
+
+    # -- run methods (façade routes them here) ---------------------------------------------------
+    def run(self, session, output_names, input_feed, run_options=None):
+        """Validate ``input_feed`` (ORT's errors), then run the specialization for its shapes."""
+        from onnxwrapper._feeds import validate_feed
+
+        feed = validate_feed(session._inputs_meta, input_feed, output_names, session._outputs_meta)
+        spec = self._specialization(session, self._shapes(feed))
+        return spec.session.run(output_names, feed, run_options)
+
+    def run_with_ort_values(self, session, output_names, input_dict_ort_values, run_options=None):
+        """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their shapes."""
+        from onnxwrapper._feeds import ort_type_to_numpy, validate_feed
+
+        views = {}
+        for name, value in input_dict_ort_values.items():
+            value._get_c_value()  # ORT's AttributeError for anything but an OrtValue
+            dtype = ort_type_to_numpy(value.data_type()) or np.dtype(np.float32)
+            views[name] = np.broadcast_to(np.zeros((), dtype=dtype), tuple(value.shape()))
+        validate_feed(session._inputs_meta, views, output_names, session._outputs_meta)
+        spec = self._specialization(session, self._shapes(views))
+        return spec.session.run_with_ort_values(output_names, input_dict_ort_values, run_options)
+
+    def run_async(self, session, output_names, input_feed, callback, user_data, run_options=None):
+        """As ORT's ``run_async``; a missing specialization is compiled first, in the calling thread."""
+        from onnxwrapper._feeds import validate_feed
+
+        feed = validate_feed(session._inputs_meta, input_feed, output_names, session._outputs_meta)
+        spec = self._specialization(session, self._shapes(feed))
+        return spec.session.run_async(output_names, feed, callback, user_data, run_options)
+
+    def run_with_iobinding(self, session, iobinding, run_options=None):
+        """Not served: raises :class:`~onnxwrapper.errors.BackendCapabilityError`."""
+        raise BackendCapabilityError(
+            f"run_with_iobinding() is not supported by backend 'qnn' for {self.label}: the model has dynamic input "
+            f"dims ({', '.join(self.dynamic_names)}), and the QNN backend compiles one static specialization per "
+            f"feed shape at run(). Use run()/run_with_ort_values(), or a model with static shapes.", backend="qnn")

@@ -1,0 +1,163 @@
+"""Resolution of the QNN backend's options into the QNN EP options of one session.
+
+Inputs, lowest precedence first: QNN EP options the user put on their own ``SessionOptions``
+(``add_provider_for_devices``), options of a ``("QNNExecutionProvider", {...})`` entry in
+``providers=`` (or the matching ``provider_options`` entry), the ``provider_options`` backend
+option, then the typed backend options (``target``, ``soc_model``, ``htp_arch``, ``precision``,
+``htp_performance_mode``, ``profiling``). A typed option and a raw option that disagree are an
+error, never a silent choice. See :mod:`onnxwrapper.backends._qnn_targets` for the sources.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from onnxwrapper.backends._qnn_runtime import QnnProcessConfig
+from onnxwrapper.backends._qnn_targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
+                                               TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
+from onnxwrapper.errors import BackendOptionError
+
+__all__ = ["QnnSettings", "resolve_settings", "merge_raw_options"]
+
+
+@dataclass(frozen=True)
+class QnnSettings:
+    """Everything a QNN session needs, resolved and validated.
+
+    Attributes:
+        target: canonical target name (``"snapdragon-x-elite"``) or ``None``.
+        soc_model / htp_arch: values passed to the QNN EP, or ``None`` when not passed.
+        precision: ``"fp16"`` or ``"fp32"`` (fp32: simulator only, no soc_model).
+        ep_options: the exact ``{key: str}`` given to ``add_provider_for_devices``.
+        strict: refuse any node off the QNN EP. cache_dir: cache root override or ``None``.
+        max_specializations: live shape specializations per session (LRU bound).
+        real_npu: True when a physical NPU runs the graphs.
+    """
+
+    target: str | None
+    soc_model: int | None
+    htp_arch: int | None
+    precision: str
+    ep_options: Mapping[str, str] = field(default_factory=dict)
+    strict: bool = False
+    cache_dir: str | None = None
+    max_specializations: int = 8
+    real_npu: bool = False
+
+    def process_config(self) -> QnnProcessConfig:
+        """The part of the settings that is global to the process."""
+        return QnnProcessConfig(self.soc_model, self.htp_arch, self.precision)
+
+    def compile_options(self) -> dict[str, str]:
+        """EP options that shape the compiled context (cache-key part): all but runtime-only ones."""
+        return {k: v for k, v in sorted(self.ep_options.items()) if k not in RUNTIME_ONLY_EP_OPTIONS}
+
+    def describe(self) -> str:
+        """One line for logs and errors."""
+        name = f"target={self.target}, " if self.target else ""
+        return f"{name}soc_model={self.soc_model}, htp_arch={self.htp_arch}, precision={self.precision}"
+
+
+def merge_raw_options(*layers: Mapping[str, Any] | None) -> dict[str, str]:
+    """Merge raw EP option dicts, later layers winning; values become ``str`` (as ORT does)."""
+    merged: dict[str, str] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            merged[str(key)] = str(value)
+    return merged
+
+
+def _pick(typed: Any, raw: str | None, name: str, convert) -> Any:
+    if raw is None:
+        return typed
+    raw_value = convert(raw)
+    if typed is not None and typed != raw_value:
+        raise BackendOptionError(f"Backend option {name}={typed!r} contradicts QNN EP option {name}={raw!r}; "
+                                 f"give it once.", backend="qnn")
+    return raw_value
+
+
+def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_npu: bool,
+                     default_profile_path: str | None = None) -> QnnSettings:
+    """Combine validated backend options and raw QNN EP options into :class:`QnnSettings`.
+
+    Args:
+        config: ``QnnBackend.config`` (validated backend options with defaults).
+        raw: raw QNN EP options from the user's SessionOptions / ``providers`` (unvalidated).
+        real_npu: from ``QnnBackend.probe()``.
+        default_profile_path: QNN profiling CSV path used when profiling is on and no path was given.
+
+    Raises:
+        BackendOptionError: bad or contradictory options (e.g. fp32 with a soc_model, fp32 on a
+            device, an FP16 request with a soc_model below 36 on the simulator).
+    """
+    merged = merge_raw_options(raw, config.get("provider_options"))
+    ep = validate_ep_options(merged, real_npu=real_npu)
+    soc = _pick(config.get("soc_model"), ep.pop("soc_model", None), "soc_model", convert_soc_model)
+    arch = _pick(config.get("htp_arch"), ep.pop("htp_arch", None), "htp_arch", convert_htp_arch)
+    perf = _pick(config.get("htp_performance_mode"), ep.pop("htp_performance_mode", None), "htp_performance_mode",
+                 lambda v: v)
+    fp16_flag = ep.pop("enable_htp_fp16_precision", None)
+    ep.pop("backend_type", None)
+    precision = config.get("precision") or "fp16"
+    target_name = config.get("target")
+    target = TARGETS[target_name] if target_name else None
+
+    if precision == "fp32":
+        if real_npu:
+            raise BackendOptionError(
+                "precision='fp32' is only available on the x86-64 HTP simulator: on a Snapdragon device the HTP runs "
+                "float32 graphs with FP16 math (QNN HTP backend docs). Use precision='fp16' (the default).",
+                backend="qnn")
+        if soc is not None or fp16_flag is not None:
+            raise BackendOptionError(
+                "precision='fp32' cannot be combined with soc_model or enable_htp_fp16_precision: the simulator "
+                "computes in fp32 only when no soc_model is given (measured). Drop soc_model (a target still sets "
+                "htp_arch).", backend="qnn")
+        if arch is None and target is not None:
+            arch = target.htp_arch
+    else:
+        if target is None and soc is None and not real_npu:
+            target = TARGETS[DEFAULT_SIMULATOR_TARGET]
+            target_name = target.name
+        if target is not None:
+            if soc is not None and soc != target.soc_model and config.get("target"):
+                raise BackendOptionError(
+                    f"target={target.name!r} means soc_model={target.soc_model}, but soc_model={soc} was given; "
+                    f"give one of them.", backend="qnn")
+            soc = target.soc_model if soc is None else soc
+            if arch is None:
+                arch = target.htp_arch
+        elif soc is not None and arch is None:
+            known = [t for t in TARGETS.values() if t.soc_model == soc]
+            if known:
+                arch, target_name = known[0].htp_arch, known[0].name
+        if not real_npu and (soc is None or soc < FP16_MIN_SOC_MODEL):
+            raise BackendOptionError(
+                f"precision='fp16' needs soc_model >= {FP16_MIN_SOC_MODEL} on the HTP simulator (got {soc}): below "
+                f"that the simulator computes in fp32 (measured). Use a target such as 'snapdragon-x-elite', or "
+                f"precision='fp32' for fp32 math.", backend="qnn")
+        ep["enable_htp_fp16_precision"] = "1"
+
+    final = {"backend_type": "htp"}
+    if soc is not None:
+        final["soc_model"] = str(soc)
+    if arch is not None:
+        final["htp_arch"] = str(arch)
+    if perf is not None:
+        final["htp_performance_mode"] = perf
+    profiling = config.get("profiling") or "off"
+    if profiling != "off":
+        if ep.get("profiling_level", profiling) != profiling:
+            raise BackendOptionError(f"Backend option profiling={profiling!r} contradicts QNN EP option "
+                                     f"profiling_level={ep['profiling_level']!r}.", backend="qnn")
+        ep["profiling_level"] = profiling
+        ep.setdefault("profiling_file_path", default_profile_path or os.path.abspath("onnxwrapper_qnn_profile.csv"))
+    final.update(ep)
+    return QnnSettings(target=target_name, soc_model=soc, htp_arch=arch, precision=precision,
+                       ep_options=dict(sorted(final.items())), strict=bool(config.get("strict")),
+                       cache_dir=config.get("cache_dir"),
+                       max_specializations=int(config.get("max_specializations") or 8),
+                       real_npu=real_npu)

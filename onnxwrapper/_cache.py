@@ -1,0 +1,427 @@
+"""A content-addressed artifact cache: key → directory of files, shared by processes.
+
+Backends store compiled artifacts here (QNN EPContext models and context binaries); they never
+manage cache files themselves. Properties:
+
+* **Location**: the ``root`` argument (backend option ``cache_dir``), else the environment
+  variable ``ONNXWRAPPER_CACHE_DIR``, else ``platformdirs.user_cache_dir("onnxwrapper")``
+  (e.g. ``~/.cache/onnxwrapper`` on Linux, ``%LOCALAPPDATA%\\onnxwrapper\\Cache`` on Windows).
+* **Keys** are hex sha256 digests of everything that determines the artifact
+  (:func:`make_key`); an entry is the directory ``<root>/entries/<key>/``.
+* **Atomic writes**: an entry is built in ``<root>/tmp/<key>.<pid>.<random>/`` and moved into
+  place with one ``os.replace``; readers never see half-written entries.
+* **One builder per key across processes**: a ``filelock.FileLock`` on ``<root>/locks/<key>.lock``
+  is held while an entry is checked, built or removed, so N processes asking for the same
+  missing key build it once; the others wait and then hit (``fcntl``/``msvcrt`` locks are
+  released by the OS if the holder dies).
+* **Integrity**: ``manifest.json`` records every file's size and sha256. On lookup sizes are
+  always checked and hashes once per process per file state (size, mtime); a corrupt or
+  truncated entry is logged (logger ``onnxwrapper.cache``, WARNING) and rebuilt.
+* **Size bound**: after each build, least-recently-used entries (a ``.last_used`` stamp touched
+  on every hit) are evicted until the total is at most ``max_bytes`` (default 5 GiB, env
+  ``ONNXWRAPPER_CACHE_MAX_BYTES``); entries locked by another process and the entry just built
+  are skipped (an entry just returned is the most recently used one, so it is evicted last).
+
+Limits: the cache trusts its directory (no protection against a malicious writer with access to
+it); on network file systems without working ``flock`` the single-builder guarantee is lost
+(entries stay consistent because of the atomic rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping
+
+from onnxwrapper.errors import ArtifactError
+
+__all__ = ["ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "CacheEntry", "ArtifactCache",
+           "default_cache_dir", "make_key"]
+
+_log = logging.getLogger("onnxwrapper.cache")
+
+ENV_CACHE_DIR = "ONNXWRAPPER_CACHE_DIR"
+ENV_CACHE_MAX_BYTES = "ONNXWRAPPER_CACHE_MAX_BYTES"
+#: bump when the layout or manifest schema changes: older entries are then rebuilt
+FORMAT_VERSION = 1
+DEFAULT_MAX_BYTES = 5 * 1024 ** 3
+MANIFEST = "manifest.json"
+STAMP = ".last_used"
+_CHUNK = 1 << 20
+_STALE_TMP_SECONDS = 6 * 3600
+
+
+def default_cache_dir(override: str | os.PathLike | None = None) -> str:
+    """The cache root: ``override``, else ``$ONNXWRAPPER_CACHE_DIR``, else the platform user cache dir."""
+    if override:
+        return os.path.abspath(os.path.expanduser(os.fspath(override)))
+    env = os.environ.get(ENV_CACHE_DIR, "").strip()
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    import platformdirs
+
+    return platformdirs.user_cache_dir("onnxwrapper", appauthor=False)
+
+
+def make_key(parts: Mapping[str, Any]) -> str:
+    """Hex sha256 of ``parts`` serialized as canonical JSON (sorted keys, no whitespace).
+
+    Args:
+        parts: JSON-serializable mapping of everything the artifact depends on (content hashes,
+            options, tool versions). Values that are not JSON types are converted with ``str``.
+    """
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _list_files(directory: str) -> dict[str, str]:
+    """``{relative posix name: absolute path}`` of every regular file below ``directory``."""
+    found = {}
+    for base, _dirs, files in os.walk(directory):
+        for name in files:
+            full = os.path.join(base, name)
+            rel = os.path.relpath(full, directory).replace(os.sep, "/")
+            if rel not in (MANIFEST, STAMP):
+                found[rel] = full
+    return found
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A verified cache entry.
+
+    Attributes:
+        key: the entry's key (hex sha256). path: absolute directory of the entry.
+        files: ``{relative name: size in bytes}``. meta: what the builder returned (JSON data).
+        created: creation time (seconds since the epoch). hit: False when this call built it.
+        build_seconds: wall time of the build (s) as recorded in the manifest.
+    """
+
+    key: str
+    path: str
+    files: Mapping[str, int] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    created: float = 0.0
+    hit: bool = True
+    build_seconds: float = 0.0
+
+    def file(self, name: str) -> str:
+        """Absolute path of the entry file ``name`` (relative posix name as in :attr:`files`)."""
+        return os.path.join(self.path, *name.split("/"))
+
+    @property
+    def size_bytes(self) -> int:
+        """Total size of the entry's files in bytes."""
+        return sum(self.files.values())
+
+
+class ArtifactCache:
+    """A directory of content-addressed entries (see the module docstring).
+
+    Args:
+        root: cache directory; ``None`` → :func:`default_cache_dir`.
+        max_bytes: size bound in bytes for all entries together; ``None`` →
+            ``$ONNXWRAPPER_CACHE_MAX_BYTES`` or 5 GiB. ``0`` disables eviction.
+        lock_timeout: seconds to wait for another process building the same key (default 3600);
+            on timeout :class:`~onnxwrapper.errors.ArtifactError` is raised.
+    """
+
+    _verified: dict[tuple[str, str], tuple] = {}
+    _verified_lock = threading.Lock()
+
+    def __init__(self, root: str | os.PathLike | None = None, *, max_bytes: int | None = None,
+                 lock_timeout: float = 3600.0) -> None:
+        self.root = default_cache_dir(root)
+        if max_bytes is None:
+            env = os.environ.get(ENV_CACHE_MAX_BYTES, "").strip()
+            max_bytes = int(env) if env.isdigit() else DEFAULT_MAX_BYTES
+        self.max_bytes = int(max_bytes)
+        self.lock_timeout = float(lock_timeout)
+
+    # -- layout ----------------------------------------------------------------------------------
+    def entry_dir(self, key: str) -> str:
+        """Directory of entry ``key`` (it may not exist)."""
+        return os.path.join(self.root, "entries", key)
+
+    def _lock(self, key: str, timeout: float | None = None):
+        import filelock
+
+        locks = os.path.join(self.root, "locks")
+        os.makedirs(locks, exist_ok=True)
+        return filelock.FileLock(os.path.join(locks, key + ".lock"),
+                                 timeout=self.lock_timeout if timeout is None else timeout)
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[None]:
+        """Hold ``key``'s inter-process lock (no build, no eviction of it meanwhile).
+
+        Raises:
+            ArtifactError: the lock was not obtained within ``lock_timeout`` seconds.
+        """
+        import filelock
+
+        try:
+            lock = self._lock(key)
+            lock.acquire()
+        except OSError as exc:
+            raise ArtifactError(f"The compile cache {self.root} is not usable ({exc}). Point the backend option "
+                                f"'cache_dir' or ${ENV_CACHE_DIR} to a writable directory.", path=self.root) from exc
+        except filelock.Timeout as exc:
+            raise ArtifactError(f"Timed out after {self.lock_timeout:.0f} s waiting for the cache lock of entry "
+                                f"{key[:16]}… in {self.root}; another process may be stuck compiling it. "
+                                f"Remove {lock.lock_file} if no such process exists.",
+                                path=self.entry_dir(key)) from exc
+        try:
+            yield
+        finally:
+            lock.release()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def _read_verified(self, key: str) -> CacheEntry | None:
+        """The entry if present and intact; a corrupt one is logged and removed. Caller holds the lock."""
+        directory = self.entry_dir(key)
+        if not os.path.isdir(directory):
+            return None
+        problem = None
+        manifest: dict = {}
+        try:
+            with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as exc:
+            problem = f"unreadable manifest ({type(exc).__name__}: {exc})"
+        if problem is None and (manifest.get("format") != FORMAT_VERSION or manifest.get("key") != key):
+            problem = f"manifest format {manifest.get('format')!r} / key mismatch (expected format {FORMAT_VERSION})"
+        files = manifest.get("files", {}) if problem is None else {}
+        if problem is None:
+            problem = self._check_files(key, directory, files)
+        if problem is not None:
+            _log.warning("onnxwrapper cache: entry %s in %s is corrupt (%s); removing it, it will be rebuilt",
+                         key[:16], self.root, problem)
+            self._remove_dir(directory)
+            return None
+        return CacheEntry(key, directory, {n: int(i["size"]) for n, i in files.items()}, manifest.get("meta", {}),
+                          float(manifest.get("created", 0.0)), True, float(manifest.get("build_seconds", 0.0)))
+
+    def _check_files(self, key: str, directory: str, files: Mapping[str, Mapping]) -> str | None:
+        states = []
+        for name, info in sorted(files.items()):
+            path = os.path.join(directory, *name.split("/"))
+            try:
+                st = os.stat(path)
+            except OSError:
+                return f"file {name} is missing"
+            if st.st_size != int(info["size"]):
+                return f"file {name} has {st.st_size} bytes, expected {info['size']} (truncated or modified)"
+            states.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+        memo_key = (self.root, key)
+        state = tuple(states)
+        with self._verified_lock:
+            if self._verified.get(memo_key) == state:
+                return None
+        for name, info in sorted(files.items()):
+            if _sha256_file(os.path.join(directory, *name.split("/"))) != info["sha256"]:
+                return f"file {name} does not match its sha256 (corrupted)"
+        with self._verified_lock:
+            self._verified[memo_key] = state
+        return None
+
+    def _touch(self, directory: str) -> None:
+        stamp = os.path.join(directory, STAMP)
+        try:
+            with open(stamp, "a", encoding="utf-8"):
+                pass
+            os.utime(stamp)
+        except OSError:  # a read-only cache still works, only LRU order degrades
+            pass
+
+    def lookup(self, key: str) -> CacheEntry | None:
+        """The verified entry for ``key`` (marked as used), or ``None``. Corrupt entries are removed."""
+        with self.hold(key):
+            entry = self._read_verified(key)
+            if entry is not None:
+                self._touch(entry.path)
+            return entry
+
+    # -- writing ---------------------------------------------------------------------------------
+    def get_or_create(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
+        """Return entry ``key``, building it with ``build`` if it is missing or corrupt.
+
+        Args:
+            key: hex key from :func:`make_key`.
+            build: ``build(directory) -> meta`` writes the artifact files into the empty temporary
+                ``directory`` and returns JSON-serializable metadata (or ``None``). It runs with
+                the key's inter-process lock held, at most once per key across processes.
+
+        Returns:
+            The entry; ``hit`` is False when this call built it.
+
+        Raises:
+            Whatever ``build`` raises (the temporary directory is removed); ArtifactError on lock
+            timeout or when the built entry cannot be moved into place.
+        """
+        with self.hold(key):
+            entry = self._read_verified(key)
+            if entry is not None:
+                self._touch(entry.path)
+                return entry
+            entry = self._build(key, build)
+        if self.max_bytes:
+            self.prune(keep=(key,))
+        return entry
+
+    def _build(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
+        tmp_root = os.path.join(self.root, "tmp")
+        os.makedirs(tmp_root, exist_ok=True)
+        tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        os.makedirs(tmp)
+        start = time.perf_counter()
+        try:
+            meta = dict(build(tmp) or {})
+            seconds = time.perf_counter() - start
+            files = {}
+            for name, path in sorted(_list_files(tmp).items()):
+                files[name] = {"size": os.path.getsize(path), "sha256": _sha256_file(path)}
+            created = time.time()
+            manifest = {"format": FORMAT_VERSION, "key": key, "created": created, "build_seconds": seconds,
+                        "files": files, "meta": meta}
+            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+                json.dump(manifest, f, indent=1, sort_keys=True, default=str)
+            self._touch(tmp)
+            final = self.entry_dir(key)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            if os.path.exists(final):  # a leftover the verification removed only partly
+                self._remove_dir(final)
+            try:
+                os.replace(tmp, final)
+            except OSError as exc:
+                raise ArtifactError(f"Could not move the new cache entry into {final}: {exc}", path=final) from exc
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        _log.info("onnxwrapper cache: built entry %s (%d files, %.1f MB) in %.2f s", key[:16], len(files),
+                  sum(i["size"] for i in files.values()) / 1e6, seconds)
+        return CacheEntry(key, final, {n: i["size"] for n, i in files.items()}, meta, created, False, seconds)
+
+    # -- maintenance -----------------------------------------------------------------------------
+    def _remove_dir(self, directory: str) -> None:
+        trash = os.path.join(self.root, "tmp", f"trash.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        try:
+            os.makedirs(os.path.dirname(trash), exist_ok=True)
+            os.replace(directory, trash)
+        except OSError:
+            trash = directory
+        shutil.rmtree(trash, ignore_errors=True)
+
+    def remove(self, key: str) -> bool:
+        """Delete entry ``key`` (waiting for its lock). Returns True if it existed."""
+        with self.hold(key):
+            directory = self.entry_dir(key)
+            if not os.path.isdir(directory):
+                return False
+            self._remove_dir(directory)
+            return True
+
+    def entries(self) -> list[tuple[str, int, float]]:
+        """``(key, size in bytes, last-used time)`` of every entry, least recently used first
+        (unverified: read from the manifests)."""
+        base = os.path.join(self.root, "entries")
+        result = []
+        try:
+            names = os.listdir(base)
+        except OSError:
+            return []
+        for key in names:
+            directory = os.path.join(base, key)
+            try:
+                with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+                    manifest = json.load(f)
+                size = sum(int(i["size"]) for i in manifest.get("files", {}).values())
+            except (OSError, ValueError, KeyError, TypeError):
+                files = _list_files(directory) if os.path.isdir(directory) else {}
+                size = sum(os.path.getsize(p) for p in files.values())
+            try:
+                used = os.path.getmtime(os.path.join(directory, STAMP))
+            except OSError:
+                used = 0.0
+            result.append((key, size, used))
+        result.sort(key=lambda item: item[2])
+        return result
+
+    def size_bytes(self) -> int:
+        """Total size of all entries in bytes."""
+        return sum(size for _key, size, _used in self.entries())
+
+    def prune(self, max_bytes: int | None = None, *, keep: tuple[str, ...] = ()) -> list[str]:
+        """Evict least-recently-used entries until the total is at most ``max_bytes``.
+
+        Args:
+            max_bytes: bound in bytes; ``None`` → :attr:`max_bytes`.
+            keep: keys never evicted by this call.
+
+        Returns:
+            The evicted keys. Entries whose lock another process holds are skipped. Stale
+            temporary directories (older than 6 h) of crashed builders are removed too.
+        """
+        import filelock
+
+        bound = self.max_bytes if max_bytes is None else int(max_bytes)
+        self._clean_tmp()
+        entries = self.entries()
+        total = sum(size for _k, size, _u in entries)
+        evicted = []
+        for key, size, _used in entries:
+            if total <= bound:
+                break
+            if key in keep:
+                continue
+            lock = self._lock(key, timeout=0)
+            try:
+                lock.acquire()
+            except filelock.Timeout:
+                continue
+            try:
+                self._remove_dir(self.entry_dir(key))
+            finally:
+                lock.release()
+            total -= size
+            evicted.append(key)
+            _log.info("onnxwrapper cache: evicted least-recently-used entry %s (%.1f MB)", key[:16], size / 1e6)
+        return evicted
+
+    def _clean_tmp(self) -> None:
+        tmp_root = os.path.join(self.root, "tmp")
+        try:
+            names = os.listdir(tmp_root)
+        except OSError:
+            return
+        now = time.time()
+        for name in names:
+            path = os.path.join(tmp_root, name)
+            try:
+                if now - os.path.getmtime(path) > _STALE_TMP_SECONDS:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                continue
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many were removed."""
+        count = 0
+        for key, _size, _used in self.entries():
+            count += bool(self.remove(key))
+        return count

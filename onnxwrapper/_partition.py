@@ -1,0 +1,219 @@
+"""Partition reports: which execution provider (EP) runs which node of a model.
+
+ONNX Runtime's ``get_providers()`` lists every EP that was *registered* for a session, not the
+ones that got nodes: with the QNN EP it says ``['QNNExecutionProvider', 'CPUExecutionProvider']``
+even when QNN got zero nodes (measured on onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0). The truth
+is the session config ``session.record_ep_graph_assignment_info=1`` followed by
+``InferenceSession.get_provider_graph_assignment_info()``, a list of ``OrtEpAssignedSubgraph``
+(``ep_name``, ``get_nodes()`` → ``OrtEpAssignedNode(name, op_type, domain)``), one per partition.
+:class:`PartitionReport` is that answer as plain, serializable data.
+
+Limits: node names and the node list are ORT's *after* its graph transformations (e.g. the NHWC
+``Transpose`` nodes the QNN EP's layout transformation inserts, ``*_token_*`` renames), not the
+original ONNX node list. ORT does not expose why a node was not claimed by an EP; ``reason`` is
+filled only where onnxwrapper knows it (see :func:`known_reason`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+__all__ = ["NodeAssignment", "PartitionReport", "PartialOffloadWarning", "known_reason"]
+
+CPU_EP = "CPUExecutionProvider"
+
+_DEFAULT_REASON = ("not claimed by the execution provider (unsupported op type, attribute, data type or "
+                   "shape); run with SessionOptions.log_severity_level=0 to see ORT's per-node reason")
+
+
+class PartialOffloadWarning(UserWarning):
+    """Part of a model runs outside the requested backend's EP (usually on the CPU EP).
+
+    Issued once per model and process by backends that allow partial offload (``strict=False``);
+    filter it with ``warnings.simplefilter("error", PartialOffloadWarning)`` to make it fatal.
+    """
+
+
+def known_reason(op_type: str, domain: str, target_ep: str) -> str:
+    """Best known explanation for a node that ``target_ep`` did not take.
+
+    Args:
+        op_type: ONNX op type, e.g. ``"Det"``. domain: op domain (``""`` = ai.onnx).
+        target_ep: the EP that was expected to run the node, e.g. ``"QNNExecutionProvider"``.
+
+    Returns:
+        A one-line reason. Sources: QuantizeLinear/DequantizeLinear at graph inputs/outputs stay on
+        CPU with the QNN EP's default ``offload_graph_io_quantization=1`` (measured: 2 CPU nodes in
+        every QDQ model); custom domains have no QNN implementation; everything else is
+        the generic "not claimed" reason because ORT does not report it.
+    """
+    if target_ep == "QNNExecutionProvider" and op_type in ("QuantizeLinear", "DequantizeLinear"):
+        return ("graph input/output (de)quantization is offloaded to the CPU EP by the QNN EP option "
+                "offload_graph_io_quantization=1 (its default); this is expected for QDQ models")
+    if domain not in ("", "ai.onnx", "com.microsoft", "com.ms.internal.nhwc"):
+        return f"custom domain '{domain}' has no implementation in {target_ep}"
+    return _DEFAULT_REASON
+
+
+@dataclass(frozen=True)
+class NodeAssignment:
+    """One node and the EP that runs it.
+
+    Attributes:
+        name: node name as ORT reports it (may be empty or renamed by ORT's transformations).
+        op_type: ONNX op type. domain: op domain (``""`` for ai.onnx).
+        ep: execution provider name, e.g. ``"QNNExecutionProvider"``.
+        partition: index of the ORT subgraph (partition) the node belongs to, in ORT's order.
+        reason: why the node is not on the target EP, where known; ``None`` for nodes on it.
+    """
+
+    name: str
+    op_type: str
+    domain: str
+    ep: str
+    partition: int = 0
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with the attribute names as keys."""
+        return {"name": self.name, "op_type": self.op_type, "domain": self.domain, "ep": self.ep,
+                "partition": self.partition, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """Which EP runs which node of one compiled model.
+
+    Attributes:
+        target_ep: the EP the backend wants every node on (``"QNNExecutionProvider"``).
+        nodes: every node, in ORT's subgraph order.
+        partition_eps: EP name of each ORT subgraph (``len`` = number of partitions).
+        source: how the report was obtained: ``"compile"`` (assignment recorded while compiling,
+            per original node), ``"artifact"`` (assignment of a loaded precompiled EPContext model:
+            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time).
+        note: free text for listings (e.g. the model name or the specialization shapes).
+    """
+
+    target_ep: str
+    nodes: tuple[NodeAssignment, ...] = ()
+    partition_eps: tuple[str, ...] = ()
+    source: str = "compile"
+    note: str = ""
+
+    # -- construction ----------------------------------------------------------------------------
+    @classmethod
+    def from_assignment(cls, subgraphs: Iterable, target_ep: str, *, source: str = "compile",
+                        note: str = "") -> "PartitionReport":
+        """Build from ``get_provider_graph_assignment_info()`` output.
+
+        Args:
+            subgraphs: iterable of objects with ``ep_name`` and ``get_nodes()`` (ORT's
+                ``OrtEpAssignedSubgraph``) or of ``(ep_name, [(name, op_type, domain), …])`` tuples.
+            target_ep: the EP expected to run every node.
+        """
+        nodes: list[NodeAssignment] = []
+        eps: list[str] = []
+        for index, sub in enumerate(subgraphs):
+            if isinstance(sub, tuple):
+                ep, raw_nodes = sub
+                triples = [tuple(n) for n in raw_nodes]
+            else:
+                ep = sub.ep_name
+                triples = [(n.name, n.op_type, n.domain) for n in sub.get_nodes()]
+            eps.append(ep)
+            for name, op_type, domain in triples:
+                reason = None if ep == target_ep else known_reason(op_type, domain, target_ep)
+                nodes.append(NodeAssignment(name, op_type, domain, ep, index, reason))
+        return cls(target_ep, tuple(nodes), tuple(eps), source, note)
+
+    @classmethod
+    def from_session(cls, session, target_ep: str, *, source: str = "compile", note: str = "") -> "PartitionReport":
+        """Read the assignment of an ``onnxruntime.InferenceSession`` created with
+        ``session.record_ep_graph_assignment_info=1``.
+
+        Raises:
+            onnxruntime ``Fail``: the config entry was not set for that session.
+        """
+        return cls.from_assignment(session.get_provider_graph_assignment_info(), target_ep,
+                                   source=source, note=note)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PartitionReport":
+        """Inverse of :meth:`to_dict` (extra keys are ignored)."""
+        nodes = tuple(NodeAssignment(n["name"], n["op_type"], n["domain"], n["ep"], int(n.get("partition", 0)),
+                                     n.get("reason")) for n in data.get("nodes", ()))
+        return cls(data["target_ep"], nodes, tuple(data.get("partition_eps", ())), data.get("source", "compile"),
+                   data.get("note", ""))
+
+    def with_source(self, source: str, note: str | None = None) -> "PartitionReport":
+        """A copy with another :attr:`source` (and :attr:`note`)."""
+        return PartitionReport(self.target_ep, self.nodes, self.partition_eps, source,
+                               self.note if note is None else note)
+
+    # -- queries ---------------------------------------------------------------------------------
+    @property
+    def counts(self) -> dict[str, int]:
+        """Number of nodes per EP, target EP first, e.g. ``{"QNNExecutionProvider": 3, "CPUExecutionProvider": 1}``."""
+        counter = Counter(n.ep for n in self.nodes)
+        ordered = {self.target_ep: counter.pop(self.target_ep)} if self.target_ep in counter else {}
+        ordered.update(sorted(counter.items()))
+        return ordered
+
+    @property
+    def num_partitions(self) -> int:
+        """Number of ORT subgraphs (partitions), all EPs together."""
+        return len(self.partition_eps)
+
+    @property
+    def target_nodes(self) -> int:
+        """Number of nodes on :attr:`target_ep`."""
+        return sum(1 for n in self.nodes if n.ep == self.target_ep)
+
+    @property
+    def offloaded_nodes(self) -> list[NodeAssignment]:
+        """Nodes that run somewhere else than :attr:`target_ep` (usually the CPU EP)."""
+        return [n for n in self.nodes if n.ep != self.target_ep]
+
+    @property
+    def cpu_nodes(self) -> list[tuple[str, str]]:
+        """``(node name, op type)`` of every node not on :attr:`target_ep` (the format of
+        :attr:`onnxwrapper.errors.PartitionError.cpu_nodes`)."""
+        return [(n.name, n.op_type) for n in self.offloaded_nodes]
+
+    @property
+    def fully_offloaded(self) -> bool:
+        """True when every node runs on :attr:`target_ep` (and there is at least one node)."""
+        return bool(self.nodes) and not self.offloaded_nodes
+
+    @property
+    def providers(self) -> list[str]:
+        """EPs that actually run nodes, target EP first: the truthful ``get_providers()``."""
+        return list(self.counts)
+
+    def summary(self) -> str:
+        """One line, e.g. ``"QNNExecutionProvider 4/5 nodes, CPUExecutionProvider 1 (Det), 3 partitions"``."""
+        total = len(self.nodes)
+        parts = []
+        for ep, count in self.counts.items():
+            if ep == self.target_ep:
+                parts.append(f"{ep} {count}/{total} nodes")
+            else:
+                ops = Counter(n.op_type for n in self.nodes if n.ep == ep)
+                listed = ", ".join(f"{op}" if c == 1 else f"{op}×{c}" for op, c in sorted(ops.items()))
+                parts.append(f"{ep} {count} ({listed})")
+        if self.target_ep not in self.counts:
+            parts.insert(0, f"{self.target_ep} 0/{total} nodes")
+        text = ", ".join(parts) + f", {self.num_partitions} partition{'s' if self.num_partitions != 1 else ''}"
+        return f"{text} [{self.note}]" if self.note else text
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: target_ep, source, note, counts, num_partitions, partition_eps, nodes."""
+        return {"target_ep": self.target_ep, "source": self.source, "note": self.note, "counts": self.counts,
+                "num_partitions": self.num_partitions, "partition_eps": list(self.partition_eps),
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+    def __str__(self) -> str:
+        return self.summary()
+

@@ -1,0 +1,140 @@
+"""compile_model() and precompiled artifacts next to the model (default QNN configuration)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+import onnxwrapper
+from onnxwrapper._partition import PartialOffloadWarning
+from onnxwrapper.backends._qnn_artifacts import ResolvedArtifact, register_artifact_resolver
+from onnxwrapper.backends.qnn import CompileResult, compile_model
+from onnxwrapper.errors import ArtifactError, BackendOptionError
+from tests import models
+from tests.conftest import qnn_available
+
+pytestmark = [pytest.mark.qnn, pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")]
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONNXWRAPPER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _write(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def _origin(session) -> str:
+    return session._ow_backend_session.artifacts[0].origin
+
+
+def test_compile_model_writes_epcontext_and_binary(tmp_path):
+    model = _write(tmp_path, "conv.onnx", models.smallconv(batch=1))
+    result = compile_model(model, tmp_path / "out" / "conv_ctx.onnx")
+    assert isinstance(result, CompileResult)
+    assert result.ctx_path == str(tmp_path / "out" / "conv_ctx.onnx")
+    assert result.bin_path == str(tmp_path / "out" / "conv_ctx_qnn.bin")
+    assert result.ctx_bytes == os.path.getsize(result.ctx_path) and result.bin_bytes > 1000
+    assert result.partition.fully_offloaded and result.seconds > 0
+    assert result.ep_options["soc_model"] == "60" and result.versions["qnn_sdk"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["conv_ctx.onnx", "conv_ctx_qnn.bin"]  # no temp leftovers
+    ctx = onnx.load(result.ctx_path)
+    assert [n.op_type for n in ctx.graph.node] == ["EPContext"]
+    assert ctx.producer_name == "onnxwrapper-tests" and {p.key: p.value for p in ctx.metadata_props} == {
+        "license": "MIT", "author": "tests"}
+    with pytest.raises(ArtifactError, match="exists already"):
+        compile_model(model, result.ctx_path)
+    assert compile_model(model, result.ctx_path, overwrite=True).ctx_path == result.ctx_path
+
+
+def test_compile_model_dynamic_needs_shapes(tmp_path):
+    model = onnx.load_from_string(models.smallconv(batch="N", hw=("H", "W")))
+    with pytest.raises(BackendOptionError, match="input_shapes"):
+        compile_model(model, tmp_path / "d_ctx.onnx")
+    result = compile_model(model, tmp_path / "d_ctx.onnx", input_shapes={"X": [2, 3, 4, 6]})
+    assert result.input_shapes == {"X": (2, 3, 4, 6)}
+    inputs = onnx.load(result.ctx_path).graph.input
+    assert [d.dim_value for d in inputs[0].type.tensor_type.shape.dim] == [2, 3, 4, 6]
+
+
+def test_epcontext_next_to_the_model_wins_over_the_cache(tmp_path, _cache):
+    model = _write(tmp_path, "net.onnx", models.smallconv(batch=1))
+    compile_model(model, tmp_path / "net_ctx.onnx")
+    session = onnxwrapper.InferenceSession(model, backend="qnn")
+    assert _origin(session) == "precompiled"
+    assert not os.path.exists(_cache / "entries")  # nothing compiled into the cache
+    assert session._ow_backend_session.partition().source == "artifact"
+    assert session.get_providers() == ["QNNExecutionProvider"]
+    assert session.get_modelmeta().custom_metadata_map == {"license": "MIT", "author": "tests"}
+    x = np.ones((1, 3, 8, 8), np.float32)
+    np.testing.assert_allclose(session.run(None, {"X": x})[0],
+                               onnxruntime.InferenceSession(model).run(None, {"X": x})[0], atol=1e-2)
+
+
+def test_an_epcontext_model_can_be_opened_directly(tmp_path, _cache):
+    model = _write(tmp_path, "direct.onnx", models.conv_det_relu())
+    with pytest.warns(PartialOffloadWarning):
+        result = compile_model(model, tmp_path / "out" / "direct_ctx.onnx")
+    with pytest.warns(PartialOffloadWarning):
+        session = onnxwrapper.InferenceSession(result.ctx_path, backend="qnn")
+    assert _origin(session) == "precompiled" and not os.path.exists(_cache / "entries")
+    report = session._ow_backend_session.partition()
+    assert report.source == "artifact" and {n.op_type for n in report.nodes} == {"EPContext", "Det"}
+    assert session.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]
+    x = np.array([[[[1.0, 2.0], [3.0, 5.0]]]], np.float32)
+    ref = onnxruntime.InferenceSession(model).run(None, {"X": x})[0]
+    np.testing.assert_allclose(session.run(None, {"X": x})[0], ref, atol=1e-2)
+
+
+def test_foreign_epcontext_gets_the_original_metadata(tmp_path):
+    """An EPContext written by plain ORT (no metadata copy) still reports the model's metadata."""
+    from onnxwrapper.backends._qnn_runtime import ensure_registered
+
+    model = _write(tmp_path, "raw.onnx", models.smallconv(batch=1))
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_file_path", str(tmp_path / "raw_ctx.onnx"))
+    so.add_provider_for_devices(ensure_registered(), {"backend_type": "htp", "soc_model": "60", "htp_arch": "73"})
+    onnxruntime.InferenceSession(model, so)
+    assert onnx.load(str(tmp_path / "raw_ctx.onnx")).producer_name != "onnxwrapper-tests"
+    session = onnxwrapper.InferenceSession(model, backend="qnn")
+    assert _origin(session) == "precompiled"
+    meta = session.get_modelmeta()
+    assert (meta.producer_name, meta.version, meta.custom_metadata_map) == ("onnxwrapper-tests", 7,
+                                                                            {"license": "MIT", "author": "tests"})
+
+
+def test_stale_artifact_is_refused(tmp_path):
+    model = _write(tmp_path, "m.onnx", models.smallconv(batch=1))
+    other = _write(tmp_path, "other.onnx", models.add_mul_add())
+    compile_model(other, tmp_path / "m_ctx.onnx")  # an artifact of another model under m's name
+    with pytest.raises(ArtifactError, match="does not match the model") as info:
+        onnxwrapper.InferenceSession(model, backend="qnn")
+    assert info.value.path == str(tmp_path / "m_ctx.onnx")
+
+
+def test_artifact_resolver_extension_point(tmp_path):
+    model = _write(tmp_path, "plug.onnx", models.smallconv(batch=1))
+    elsewhere = compile_model(model, tmp_path / "store" / "anything.onnx")
+    seen = []
+
+    def resolver(source, settings):
+        seen.append((os.path.basename(source.path), settings.soc_model))
+        return ResolvedArtifact(elsewhere.ctx_path, "context_binary", "plug.bin", "test resolver")
+
+    undo = register_artifact_resolver(resolver)
+    try:
+        session = onnxwrapper.InferenceSession(model, backend="qnn")
+    finally:
+        undo()
+    assert seen == [("plug.onnx", 60)] and _origin(session) == "precompiled"
+    assert _origin(onnxwrapper.InferenceSession(model, backend="qnn")) == "compiled"
