@@ -22,7 +22,7 @@ from typing import Mapping
 
 from onnxwrapper.errors import BackendUnavailableError
 
-__all__ = ["Selection", "select_backend", "provider_names"]
+__all__ = ["Selection", "select_backend", "provider_names", "require_available"]
 
 _log = logging.getLogger("onnxwrapper")
 ENV_BACKEND = "ONNXWRAPPER_BACKEND"
@@ -63,7 +63,17 @@ def provider_names(providers) -> list[tuple[str, dict | None]]:
     return result
 
 
-def _require_available(registry, name: str, how: str) -> None:
+def require_available(registry, name: str, how: str) -> None:
+    """Raise unless backend ``name`` can run here.
+
+    Args:
+        registry: a :class:`~onnxwrapper._registry.BackendRegistry`.
+        name: canonical backend name.
+        how: how it was requested, for the message (e.g. ``"backend='qnn'"``, ``"--backend qnn"``).
+
+    Raises:
+        BackendUnavailableError: with the probe's reason and install hint.
+    """
     av = registry.probe(name)
     if not av.available:
         hint = f" To fix: {av.install_hint}." if av.install_hint else ""
@@ -89,7 +99,7 @@ def select_backend(requested, providers, env: Mapping[str, str], registry) -> Se
     """
     if requested is not None:
         name = registry.resolve(requested)
-        _require_available(registry, name, f"backend={requested!r}")
+        require_available(registry, name, f"backend={requested!r}")
         return Selection(name, "argument", f"backend={requested!r} was passed")
 
     for ep, options in provider_names(providers):
@@ -107,7 +117,7 @@ def select_backend(requested, providers, env: Mapping[str, str], registry) -> Se
     env_name = (env.get(ENV_BACKEND) or "").strip()
     if env_name and env_name.lower() != "auto":
         name = registry.resolve(env_name)
-        _require_available(registry, name, f"{ENV_BACKEND}={env_name}")
+        require_available(registry, name, f"{ENV_BACKEND}={env_name}")
         return Selection(name, "environment", f"{ENV_BACKEND}={env_name}")
 
     for name in registry.names():

@@ -1,0 +1,381 @@
+"""``aipc run [options] script.py args…`` / ``aipc [options] -m module args…``.
+
+Runs an unchanged onnxruntime script with ``onnxruntime.InferenceSession`` redirected to
+onnxwrapper on the chosen backend (:mod:`aipc_loader._patch`), with Python's own semantics for
+the script (:mod:`aipc_loader._script`), and passes the activation to child processes
+(:mod:`aipc_loader._bootstrap`).
+
+Options end at the first argument that is not one of ours (the script), at ``-m MODULE`` or at
+``--``; everything after belongs to the script, even when it looks like our options
+(``aipc -v s.py -v`` gives the script ``["s.py", "-v"]``). Abbreviated long options are not
+accepted, so a script never loses an argument to a prefix match.
+
+Our output goes to stderr, prefixed ``aipc:``: errors, the one-line notice that the backend's
+device is simulated on this host, and with ``-v`` the backend, each session created and, at
+exit, each session's partition summary (also with ``--report-partition``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import logging
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from aipc_loader import _env
+
+__all__ = ["add_arguments", "main", "run_command", "split_argv", "resolve_settings", "RunSettings",
+           "SessionReporter", "UsageError", "EXIT_USAGE", "EXIT_UNAVAILABLE"]
+
+EXIT_USAGE = 64          # sysexits EX_USAGE: bad options, bad environment values, bad backend/option
+EXIT_UNAVAILABLE = 69    # sysexits EX_UNAVAILABLE: the backend (or a subcommand) cannot run here
+PREFIX = "aipc: "
+
+_VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir"}
+
+
+class UsageError(Exception):
+    """A command-line or environment usage error (exit status 64)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit 2; our usage errors are 64
+        raise UsageError(message)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the run options (backend group) to ``parser``.
+
+    Every option defaults to ``None`` so :func:`resolve_settings` can tell "not given" (then the
+    environment variable, then the default applies) from an explicit value.
+    """
+    group = parser.add_argument_group("run options", "Each can also be set by the environment variable shown.")
+    group.add_argument("--backend", metavar="NAME",
+                       help=f"backend that runs the sessions: qnn, cpu, … [{_env.ENV_BACKEND}] "
+                            f"(default: {_env.DEFAULT_BACKEND})")
+    group.add_argument("--target", metavar="TARGET",
+                       help=f"device target, backend option 'target' (qnn: a SoC name) [{_env.ENV_TARGET}]")
+    group.add_argument("--precision", metavar="P",
+                       help=f"backend option 'precision' (qnn: fp16, fp32) [{_env.ENV_PRECISION}]")
+    group.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"backend option 'strict': a node left on the CPU is an error [{_env.ENV_STRICT}]")
+    group.add_argument("--cache-dir", metavar="DIR",
+                       help=f"backend option 'cache_dir': compiled-artifact cache [{_env.ENV_CACHE_DIR}]")
+    group.add_argument("-v", "--verbose", action="count", default=None,
+                       help=f"say what aipc does on stderr; -vv also shows onnxwrapper's debug log "
+                            f"[{_env.ENV_VERBOSE}=0|1|2]")
+    group.add_argument("--report-partition", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"at exit print each session's partition summary [{_env.ENV_REPORT_PARTITION}]")
+
+
+@dataclass
+class RunSettings:
+    """The resolved run settings.
+
+    Attributes:
+        backend: backend name as requested (resolved to the canonical name when validated).
+        backend_options: options for the backend, e.g. ``{"target": "x_elite", "strict": True}``.
+        verbose: 0, 1, 2. report_partition: print partition summaries at exit.
+        env_only_options: option keys that came from environment variables (dropped, with a
+            ``-v`` note, when the backend does not declare them).
+    """
+
+    backend: str
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    verbose: int = 0
+    report_partition: bool = False
+    env_only_options: set = field(default_factory=set)
+
+
+@dataclass
+class _Invocation:
+    options: list
+    kind: str                  # "script" or "module"
+    target: str
+    args: list
+
+
+def split_argv(argv: Sequence[str]) -> _Invocation:
+    """Split ``argv`` into our option tokens, the script (or ``-m`` module) and its arguments.
+
+    ``kind`` is ``"script"``, ``"module"`` or ``"none"`` (no script given: a usage error once the
+    options are known to be valid).
+
+    Raises:
+        UsageError: ``-m`` or ``--`` without a name; a script from stdin (``-``) was asked for.
+    """
+    argv = list(argv)
+    options: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            if i + 1 >= len(argv):
+                raise UsageError("no script given after '--'")
+            return _Invocation(options, "script", argv[i + 1], argv[i + 2:])
+        if tok == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("argument -m: expected a module name")
+            return _Invocation(options, "module", argv[i + 1], argv[i + 2:])
+        if tok.startswith("-m") and not tok.startswith("--"):
+            return _Invocation(options, "module", tok[2:], argv[i + 1:])
+        if tok == "-":
+            raise UsageError("reading the script from stdin is not supported; give a file")
+        if tok.startswith("-"):
+            name, eq, _ = tok.partition("=")
+            options.append(tok)
+            if name in _VALUE_OPTIONS and not eq and i + 1 < len(argv):
+                options.append(argv[i + 1])
+                i += 1
+            i += 1
+            continue
+        return _Invocation(options, "script", tok, argv[i + 1:])
+    return _Invocation(options, "none", "", [])
+
+
+def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
+    """Combine parsed options with the ``AIPC_*`` environment variables (options win).
+
+    Raises:
+        UsageError: an environment variable has an unusable value.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        def pick(value, var, parse=None):
+            if value is not None:
+                return value, "option"
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                return None, None
+            return (parse(var, raw) if parse else raw.strip()), "env"
+
+        backend, _ = pick(args.backend, _env.ENV_BACKEND)
+        settings = RunSettings(backend or _env.DEFAULT_BACKEND)
+        for attr, var, parse in (("target", _env.ENV_TARGET, None), ("precision", _env.ENV_PRECISION, None),
+                                 ("strict", _env.ENV_STRICT, _env.parse_bool),
+                                 ("cache_dir", _env.ENV_CACHE_DIR, None)):
+            value, source = pick(getattr(args, attr), var, parse)
+            if value is None:
+                continue
+            if attr == "cache_dir":
+                value = os.path.abspath(os.path.expanduser(value))
+            key = _env.OPTION_KEYS[attr]
+            settings.backend_options[key] = value
+            if source == "env":
+                settings.env_only_options.add(key)
+        verbose, _ = pick(args.verbose, _env.ENV_VERBOSE, _env.parse_verbosity)
+        settings.verbose = int(verbose or 0)
+        report, _ = pick(args.report_partition, _env.ENV_REPORT_PARTITION, _env.parse_bool)
+        settings.report_partition = bool(report)
+        return settings
+    except _env.EnvError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def say(message: str, prefix: str = PREFIX) -> None:
+    """Write one prefixed line per line of ``message`` to stderr (the CLI's only output channel)."""
+    text = "".join(f"{prefix}{line}\n" for line in str(message).splitlines() or [""])
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class SessionReporter:
+    """Reports redirected sessions: a line per creation with ``verbose``, and at interpreter exit
+    (``atexit``, after the script's own handlers) each session's partition summary with
+    ``verbose`` or ``report_partition``.
+
+    The summary comes from ``session.get_partition()`` at exit for sessions still alive, else
+    the one read right after creation; ``None`` means the backend records no partition. In a
+    ``fork`` child the lines say ``aipc[PID]:`` and count from 1; such children end with
+    ``os._exit`` under multiprocessing, so they print no exit report.
+    """
+
+    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX) -> None:
+        self.verbose, self.report_partition, self.prefix = verbose, report_partition, prefix
+        self._pid = os.getpid()
+        self._records: list[dict] = []
+        self._lock = threading.Lock()
+        self._undo = None
+
+    def start(self) -> "SessionReporter":
+        """Listen to the patch and register the exit report."""
+        from aipc_loader import _patch
+
+        self._undo = _patch.add_session_listener(self.on_session)
+        if self.verbose or self.report_partition:
+            atexit.register(self.report)
+        return self
+
+    def on_session(self, session, *, model=None, seconds: float = 0.0) -> None:
+        label = _model_label(model)
+        backend = getattr(session, "backend_name", "?")
+        record = {"label": label, "backend": backend, "ref": _weak(session),
+                  "report": _partition_of(session)}
+        with self._lock:
+            if os.getpid() != self._pid:     # a fork child: its own numbering and prefix
+                self._pid, self._records = os.getpid(), []
+                self.prefix = f"aipc[{self._pid}]: "
+            self._records.append(record)
+            number = len(self._records)
+        if self.verbose:
+            try:
+                providers = session.get_providers()
+            except Exception as exc:  # noqa: BLE001 - a report must not break the script
+                providers = f"<{type(exc).__name__}>"
+            say(f"session {number}: {label} on backend '{backend}' ({seconds:.2f} s), providers {providers}",
+                self.prefix)
+
+    def report(self) -> None:
+        """Print the partition summary of every session seen (no-op when there were none)."""
+        with self._lock:
+            records = list(self._records)
+        for number, record in enumerate(records, 1):
+            session = record["ref"]() if record["ref"] is not None else None
+            report = _partition_of(session) if session is not None else record["report"]
+            if isinstance(report, Exception):
+                text = f"not available ({type(report).__name__}: {report})"
+            elif report is None:
+                text = f"no partition recorded by backend '{record['backend']}'"
+            else:
+                try:
+                    text = report.summary()
+                except Exception as exc:  # noqa: BLE001
+                    text = f"not available ({type(exc).__name__}: {exc})"
+            say(f"partition {number}: {record['label']} [{record['backend']}]: {text}", self.prefix)
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+def _partition_of(session):
+    getter = getattr(session, "get_partition", None)
+    if getter is None:
+        return None
+    try:
+        return getter()
+    except Exception as exc:  # noqa: BLE001 - reported as text
+        return exc
+
+
+def _model_label(model) -> str:
+    if isinstance(model, (bytes, bytearray)):
+        return f"<model bytes, {len(model)} B>"
+    if model is None:
+        return "<model>"
+    try:
+        return os.path.basename(os.fspath(model)) or str(model)
+    except TypeError:
+        return repr(model)
+
+
+def _enable_logging(verbose: int) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(PREFIX + "%(message)s"))
+    logger = logging.getLogger("onnxwrapper")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose >= 2 else logging.INFO)
+
+
+def build_parser(prog: str = "aipc run") -> argparse.ArgumentParser:
+    """The argparse parser for the run options (no positionals: see :func:`split_argv`)."""
+    parser = _Parser(prog=prog, add_help=True, allow_abbrev=False,
+                     usage=f"{prog} [options] script.py [args…]  |  {prog} [options] -m module [args…]")
+    add_arguments(parser)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    """Subcommand-module entry point, for symmetry with the other ``_cmd_*`` modules.
+
+    ``aipc run`` cannot be parsed by argparse alone (the script's arguments must stay untouched),
+    so the dispatcher calls :func:`run_command` instead. Here ``args.argv`` must hold the whole
+    argument list after ``run`` (options, script or ``-m module``, script arguments).
+    """
+    return run_command(list(args.argv))
+
+
+def run_command(argv: Sequence[str], *, help_text=None) -> int:
+    """Run ``aipc run`` with ``argv`` (everything after ``run``). Returns the exit status."""
+    try:
+        invocation = split_argv(argv)
+        parser = build_parser()
+        if any(o in ("-h", "--help") for o in invocation.options):
+            sys.stdout.write(help_text() if help_text else parser.format_help())
+            return 0
+        args = parser.parse_args(invocation.options)
+        settings = resolve_settings(args)
+        if invocation.kind == "none":
+            raise UsageError("no script given (usage: aipc [options] script.py [args…] or "
+                             "aipc [options] -m module [args…])")
+    except UsageError as exc:
+        say(f"error: {exc}")
+        say("try 'aipc --help'")
+        return EXIT_USAGE
+    return _launch(invocation, settings)
+
+
+def _launch(invocation: _Invocation, settings: RunSettings) -> int:
+    from aipc_loader import _patch, _script
+    from aipc_loader._bootstrap import export_to_environment
+    from onnxwrapper.errors import (BackendNotFoundError, BackendOptionError, BackendUnavailableError,
+                                    BackendValidationError)
+
+    if settings.verbose:
+        _enable_logging(settings.verbose)
+    try:
+        name, options, availability = _validated(settings)
+    except (BackendNotFoundError, BackendOptionError) as exc:
+        say(f"error: {exc}")
+        return EXIT_USAGE
+    except (BackendUnavailableError, BackendValidationError) as exc:
+        say(f"error: {exc}")
+        return EXIT_UNAVAILABLE
+    if availability.simulated:
+        reason = availability.reason or "simulated device"
+        suffix = "" if "not device speed" in reason else ": device numerics, not device speed"
+        say(f"backend '{name}' is simulated on this host: {reason}{suffix}")
+    if settings.verbose:
+        say(f"backend '{name}' ({availability.reason}), options {options or '{}'}; "
+            f"running {'-m ' if invocation.kind == 'module' else ''}{invocation.target}")
+    if settings.verbose or settings.report_partition:
+        SessionReporter(verbose=settings.verbose, report_partition=settings.report_partition).start()
+    config = _env.ChildConfig(name, options, settings.verbose, settings.report_partition)
+    export_to_environment(config)
+    _patch._activate(_patch.Activation(name, dict(options)))
+    try:
+        if invocation.kind == "module":
+            return _script.run_module_as_main(invocation.target, invocation.args, restore=False)
+        return _script.run_path_as_main(invocation.target, invocation.args, restore=False)
+    except _script.LaunchError as exc:
+        say(f"error: {exc}")
+        return exc.exit_status
+
+
+def _validated(settings: RunSettings):
+    """Canonical backend name, the options to use, and the backend's availability."""
+    from aipc_loader import _patch
+    from onnxwrapper._registry import default_registry
+
+    registry = default_registry()
+    name = registry.resolve(settings.backend)
+    declared = set(getattr(registry.get(name), "options", {}) or {})
+    options = dict(settings.backend_options)
+    for key in sorted(settings.env_only_options - declared):
+        if settings.verbose:
+            say(f"ignoring {key}={options[key]!r} from the environment: backend '{name}' has no option '{key}'")
+        del options[key]
+    _patch.validate(name, options)
+    return name, options, registry.probe(name)
+

@@ -1,0 +1,138 @@
+"""The ``aipc`` command line: ``python -m aipc …`` and the ``aipc`` console script.
+
+Forms::
+
+    aipc [run options] script.py [args…]        = aipc run …
+    aipc [run options] -m module [args…]        = aipc run -m module …
+    aipc run [run options] script.py [args…]
+    aipc diff|inspect|compile|capture [options…]
+
+A subcommand other than ``run`` lives in ``aipc_loader._cmd_<name>``, a module exposing
+``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when invoked, and a
+module that cannot be imported is an error of that subcommand only (exit status 69). A script
+whose name equals a subcommand runs with ``aipc run NAME`` or ``aipc ./NAME``.
+
+Exit status: the script's own (as ``python`` computes it; 130 after KeyboardInterrupt), or 64
+for usage errors (bad option, bad environment value, unknown backend or backend option), 69
+when the backend or subcommand is not available here, 2 when the script cannot be opened and 1
+when a module cannot be found (as Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from typing import Sequence
+
+from aipc_loader import _cmd_run, _env
+
+__all__ = ["main", "SUBCOMMANDS", "help_text"]
+
+#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc_loader._cmd_run`.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("aipc_loader._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
+    "diff": ("aipc_loader._cmd_diff", "run a script on two backends and compare every session's outputs"),
+    "inspect": ("aipc_loader._cmd_inspect", "show backends, a model's operators and its partition"),
+    "compile": ("aipc_loader._cmd_compile", "compile models ahead of time into the artifact cache"),
+    "capture": ("aipc_loader._cmd_capture", "record the inputs and outputs of a script's sessions"),
+}
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def help_text() -> str:
+    """The text of ``aipc --help``: usage, run options, subcommands, environment variables."""
+    parser = _cmd_run.build_parser(prog="aipc")
+    parser.description = ("Run an unchanged ONNX Runtime script with onnxruntime.InferenceSession "
+                          "redirected to onnxwrapper's, on the chosen backend (default: the QNN NPU).")
+    lines = [parser.format_help().rstrip(), "", "subcommands:"]
+    for name, (module, text) in SUBCOMMANDS.items():
+        note = "" if _available(module) else "  (not available in this installation)"
+        lines.append(f"  {name:<9} {text}{note}")
+    lines += ["  'aipc SUBCOMMAND --help' shows a subcommand's options.", "", "environment variables:"]
+    for var, option, text in _env.USER_VARIABLES:
+        lines.append(f"  {var:<22} {text} (same as {option})")
+    lines += [
+        f"  {_env.ACTIVE_VARIABLE:<22} set by aipc for the processes it starts (JSON); do not set it",
+        f"  {'PYTHONPATH':<22} aipc prepends its bootstrap directory for the processes it starts, so",
+        f"  {'':<22} Python children inherit the patch (see docs/loader.md)",
+        f"  {'ONNXWRAPPER_BACKEND':<22} not used by aipc (it selects for onnxwrapper.InferenceSession calls)",
+        "",
+        "Options win over environment variables. An option set only by the environment is ignored",
+        "(with a -v note) when the chosen backend has no such option; given on the command line it is",
+        "an error. Exit status: the script's own; 64 usage error; 69 backend or subcommand not",
+        "available; 2 script cannot be opened; 130 interrupted.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    try:
+        from onnxwrapper._version import __version__
+    except ImportError:  # pragma: no cover - broken installation
+        __version__ = "unknown"
+    return f"aipc (onnxwrapper) {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``aipc`` command with ``argv`` (default ``sys.argv[1:]``) and return its exit status.
+
+    Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        _cmd_run.say("error: no script given")
+        _cmd_run.say("usage: aipc [options] script.py [args…] | aipc [options] -m module [args…] | aipc SUBCOMMAND …")
+        _cmd_run.say("try 'aipc --help'")
+        return _cmd_run.EXIT_USAGE
+    first = argv[0]
+    if first in ("-h", "--help"):
+        sys.stdout.write(help_text())
+        return 0
+    if first == "--version":
+        sys.stdout.write(_version() + "\n")
+        return 0
+    if first == "run":
+        return _cmd_run.run_command(argv[1:], help_text=help_text)
+    if first in SUBCOMMANDS:
+        return _subcommand(first, argv[1:])
+    return _cmd_run.run_command(argv, help_text=help_text)
+
+
+def _subcommand(name: str, argv: list) -> int:
+    module_name, text = SUBCOMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+        add_arguments, entry = module.add_arguments, module.main
+    except Exception as exc:  # noqa: BLE001 - a broken subcommand must not break the others
+        _cmd_run.say(f"error: subcommand '{name}' is not available in this installation "
+                     f"({type(exc).__name__}: {exc})")
+        return _cmd_run.EXIT_UNAVAILABLE
+    parser = _cmd_run._Parser(prog=f"aipc {name}", description=(module.__doc__ or text).strip(),
+                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else 0
+    except _cmd_run.UsageError as exc:
+        _cmd_run.say(f"error: {exc}")
+        _cmd_run.say(f"try 'aipc {name} --help'")
+        return _cmd_run.EXIT_USAGE
+    from onnxwrapper.errors import OnnxwrapperError
+
+    try:
+        return int(entry(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except OnnxwrapperError as exc:
+        _cmd_run.say(f"error: {exc}")
+        return 1
