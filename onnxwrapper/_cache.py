@@ -8,7 +8,7 @@ manage cache files themselves. Properties:
   (e.g. ``~/.cache/onnxwrapper`` on Linux, ``%LOCALAPPDATA%\\onnxwrapper\\Cache`` on Windows).
 * **Keys** are hex sha256 digests of everything that determines the artifact
   (:func:`make_key`); an entry is the directory ``<root>/entries/<key>/``.
-* **Atomic writes**: an entry is built in ``<root>/tmp/<key>.<pid>.<random>/`` and moved into
+* **Atomic writes**: an entry is built in the ``tmp`` folder of the cache root (``<key>.<pid>.<random>``) and moved into
   place with one ``os.replace``; readers never see half-written entries.
 * **One builder per key across processes**: a ``filelock.FileLock`` on ``<root>/locks/<key>.lock``
   is held while an entry is checked, built or removed, so N processes asking for the same

@@ -16,6 +16,19 @@ import onnxwrapper
 from tests import models
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_compile_cache(tmp_path_factory):
+    """Every test (and every subprocess it starts) uses a fresh QNN compile cache, never the
+    user's: results must not depend on what earlier runs left in the platform cache dir."""
+    previous = os.environ.get("ONNXWRAPPER_CACHE_DIR")
+    os.environ["ONNXWRAPPER_CACHE_DIR"] = str(tmp_path_factory.mktemp("onnxwrapper-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("ONNXWRAPPER_CACHE_DIR", None)
+    else:
+        os.environ["ONNXWRAPPER_CACHE_DIR"] = previous
+
+
 @pytest.fixture(params=["onnxruntime", "onnxwrapper"])
 def rt(request):
     """The module under test: API-fidelity tests run the same assertions against both."""
