@@ -14,8 +14,8 @@ opened directly with onnxwrapper.InferenceSession(path, backend="qnn").
 
 Steps (progress bar on a terminal): static shapes (--shape/--dim, else the captured feed shapes),
 patches for nodes the QNN EP rejects (in memory; --no-patch to skip), quantization
-(onnxruntime.quantization QNN config, QDQ), compilation (onnxwrapper.backends.qnn.compile_model),
---dlc (QNN IR backend), accuracy check on the calibration samples (quantized: float on CPU vs QDQ
+(onnxruntime.quantization QNN config, QDQ), compilation (onnxwrapper.backends.qnn.compile_model;
+with --dlc also one DLC per QNN partition through QNN's IR backend: compile_model(dlc_dir=...)), accuracy check on the calibration samples (quantized: float on CPU vs QDQ
 on CPU vs QDQ on QNN, cosine and SNR per output; float: CPU vs QNN), --profile (QNN EP profiling,
 per-op cycles). Simulator timings (x86-64 host) are not device timings.
 """
@@ -27,7 +27,6 @@ import contextlib
 import json
 import logging
 import os
-import pathlib
 import re
 import sys
 import time
@@ -36,7 +35,7 @@ from typing import Any
 from aipc_loader._cmd_inspect import add_model_options, model_options
 from aipc_loader._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
 
-__all__ = ["add_arguments", "main", "read_qnn_profile", "export_dlc"]
+__all__ = ["add_arguments", "main", "read_qnn_profile"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,36 +66,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- helpers used by main (public so that scripts can do the same) -------------------------------
-def export_dlc(model_bytes: bytes, out_dir: str, ep_options: dict) -> list[str]:
-    """Write one ``.dlc`` per QNN partition of ``model_bytes`` into ``out_dir`` through the QNN EP
-    options ``dump_qnn_ir_dlc=1``, ``dump_qnn_ir_dlc_dir`` and ``qnn_ir_backend_path`` (libQnnIr
-    from onnxruntime-qnn; measured to write a real DLC). ``ep_options``: the compile's QNN EP options.
-
-    Returns:
-        The written DLC paths. Raises whatever onnxruntime raises for the session.
-    """
-    import glob
-
-    import onnxruntime
-    import onnxruntime_qnn
-
-    lib_dir = os.path.dirname(onnxruntime_qnn.get_library_path())
-    ir = next((p for p in (os.path.join(lib_dir, n) for n in ("libQnnIr.so", "QnnIr.dll")) if os.path.exists(p)), None)
-    if ir is None:
-        raise FileNotFoundError(f"QNN IR backend library not found in {lib_dir}")
-    os.makedirs(out_dir, exist_ok=True)
-    devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
-    so = onnxruntime.SessionOptions()
-    so.log_severity_level = 4  # the IR backend logs "Failed to create HTP power config id" (harmless)
-    so.add_provider_for_devices(devices, dict(ep_options, dump_qnn_ir_dlc="1", dump_qnn_ir_dlc_dir=out_dir,
-                                              qnn_ir_backend_path=ir))
-    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
-
-    session = InferenceSession(model_bytes, so, enable_fallback=0)
-    del session
-    return sorted(glob.glob(os.path.join(glob.escape(out_dir), "*.dlc")))
-
-
 _NODE_ROW = re.compile(r"^(?P<name>.*?):?OpId_\d+ \(cycles\)$")
 
 
@@ -253,7 +222,9 @@ def main(args: argparse.Namespace) -> int:
         for key in ("ctx", "qdq"):
             if key in paths and os.path.exists(paths[key]):
                 return _fail(f"{paths[key]} exists already; pass --overwrite to replace it", 1)
-    steps = ["load", "patch"] + (["quantize"] if quantized else []) + ["compile"] + (["dlc"] if args.dlc else []) \
+        if args.dlc and os.path.isdir(paths["dlc"]) and any(n.endswith(".dlc") for n in os.listdir(paths["dlc"])):
+            return _fail(f"{paths['dlc']} holds DLCs already; pass --overwrite to replace them", 1)
+    steps = ["load", "patch"] + (["quantize"] if quantized else []) + ["compile"] \
         + ([] if args.no_check else ["check"]) + (["profile"] if args.profile else [])
     stages = _Stages(steps, enabled=not args.no_progress)
     import warnings
@@ -340,8 +311,9 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
                                            "preprocessed": q.preprocessed, "qdq_nodes": q.qdq_nodes,
                                            "per_channel": not args.per_tensor}
         with stages.step("compile"):
-            result = compile_model(qdq_path or patched, paths["ctx"], backend_options=options,
-                                   overwrite=args.overwrite or attempt > 0)
+            # patches are applied above (before quantization, with --no-patch honoured), not by compile_model
+            result = compile_model(qdq_path or patched, paths["ctx"], backend_options=dict(options, patches=False),
+                                   overwrite=args.overwrite or attempt > 0, dlc_dir=paths["dlc"] if args.dlc else None)
         missed = set() if args.no_patch else _cpu_node_names(result.partition) - {r.node_name for r in records}
         fixable = {m.node_name for m in find_patches(patched, only_for=missed) if m.applicable}
         if attempt or not fixable:
@@ -355,11 +327,10 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
                           "bin_bytes": result.bin_bytes, "seconds": result.seconds, "ep_options": result.ep_options,
                           "versions": result.versions, "partition": result.partition.to_dict(),
                           "partition_summary": result.partition.summary()}
-    compiled_input = pathlib.Path(qdq_path).read_bytes() if qdq_path else patched.SerializeToString()
     if args.dlc:
-        with stages.step("dlc"):
-            dlcs = export_dlc(compiled_input, paths["dlc"], dict(result.ep_options))
-            summary["dlc"] = [{"path": p, "bytes": os.path.getsize(p)} for p in dlcs]
+        summary["dlc"] = [{"path": p, "bytes": os.path.getsize(p)} for p in result.dlc_paths]
+        stages.seconds["dlc"] = result.dlc_seconds  # written by compile_model, after the EPContext
+        stages.seconds["compile"] -= result.dlc_seconds
     feeds = calib.feeds if calib else None
     if feeds is None and (not args.no_check or args.profile):
         feeds = _random_feeds(static, 1)

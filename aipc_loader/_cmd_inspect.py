@@ -4,6 +4,11 @@ patches that apply. Without MODEL it lists the backends and their availability h
 
 usage: aipc inspect [MODEL] [--backend qnn|cpu] [--target T] [--precision P]
                     [--shape NAME=D0,D1,...]... [--dim NAME=N]... [--json] [--all-nodes] [--no-probe]
+       aipc inspect MODEL.bin [--json]
+
+A raw QNN context binary (``*.bin``) is described instead: its graphs and their input/output
+tensors (QNN names, shapes, data types, scale/offset of quantized tensors), read with the QNN
+System library (library: onnxwrapper._inspect.inspect_binary()).
 
 With the QNN backend available, the partition comes from a real QNN session created in a child
 process (exactly what onnxwrapper.InferenceSession(..., backend="qnn").get_partition() reports,
@@ -58,7 +63,8 @@ def model_options(args: argparse.Namespace) -> tuple[dict, dict, dict]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``aipc inspect`` (see the module docstring)."""
-    parser.add_argument("model", nargs="?", help="ONNX model file (omit to list the backends)")
+    parser.add_argument("model", nargs="?", help="ONNX model file, or a QNN context binary (.bin); omit to list "
+                                                 "the backends")
     add_model_options(parser)
     parser.add_argument("--precision", choices=("fp16", "fp32"), help="QNN precision of the session probe")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
@@ -83,10 +89,33 @@ def _list_backends(as_json: bool) -> int:
     return 0
 
 
+def _inspect_binary(args: argparse.Namespace) -> int:
+    """``aipc inspect MODEL.bin``: exit 0, 2 (no such file), 64 (options that need an ONNX model), 1 (unreadable)."""
+    from onnxwrapper._inspect import format_binary, inspect_binary
+    from onnxwrapper.errors import ArtifactError
+
+    if args.shape or args.dim or args.all_nodes:
+        say("error: --shape/--dim/--all-nodes apply to ONNX models; a context binary has fixed shapes")
+        return EXIT_USAGE
+    try:
+        info = inspect_binary(args.model)
+    except FileNotFoundError as exc:
+        say(f"error: {exc}")
+        return 2
+    except ArtifactError as exc:
+        say(f"error: {exc}")
+        return 1
+    print(json.dumps(info, indent=2) if args.json else format_binary(info))
+    sys.stdout.flush()
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``aipc inspect``; returns the exit status (64 for bad options)."""
     if not args.model:
         return _list_backends(args.json)
+    if args.model.lower().endswith(".bin"):
+        return _inspect_binary(args)
     try:
         options, shapes, dims = model_options(args)
     except ValueError as exc:

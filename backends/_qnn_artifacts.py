@@ -12,6 +12,13 @@ Built-in order:
    ``<stem>.bin`` last), wrapped into an EPContext model by ``backends/_qnn_binary.py`` (issue 7),
    imported on first use.
 
+Models with dynamic input dims are compiled per feed shape; before compiling a specialization the
+backend asks :data:`SPECIALIZATION_RESOLVERS` (built in:
+:func:`resolve_epcontext_specialization`, a ``<stem>_ctx*.onnx`` whose static input shapes are the
+feed's — e.g. ``aipc compile m.onnx --shape x=1,3,640,640 -o m_ctx_640.onnx``). Their contract is
+``resolver(source, settings, shapes) -> ResolvedArtifact | None`` with ``shapes`` =
+``{dynamic input name: tuple of ints}``.
+
 Contract of a resolver: ``resolver(source, settings) -> ResolvedArtifact | None`` where
 ``source`` is the :class:`~onnxwrapper._model_source.ModelSource` (``source.path`` is not
 ``None``) and ``settings`` the :class:`~onnxwrapper.backends._qnn_settings.QnnSettings`. It must
@@ -29,9 +36,10 @@ from typing import Callable
 
 from onnxwrapper.errors import ArtifactError
 
-__all__ = ["ResolvedArtifact", "ArtifactResolver", "ARTIFACT_RESOLVERS", "register_artifact_resolver",
-           "resolve_precompiled", "resolve_epcontext_next_to_model", "resolve_raw_context_binary",
-           "check_artifact_interface"]
+__all__ = ["ResolvedArtifact", "ArtifactResolver", "ARTIFACT_RESOLVERS", "SPECIALIZATION_RESOLVERS",
+           "register_artifact_resolver", "resolve_precompiled", "resolve_specialization",
+           "resolve_epcontext_next_to_model", "resolve_epcontext_specialization", "resolve_raw_context_binary",
+           "static_input_shapes", "check_artifact_interface"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -78,20 +86,88 @@ def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
     return resolve(source, settings)
 
 
+_shape_memo: dict[tuple, dict | None] = {}
+
+
+def static_input_shapes(path: str) -> dict[str, tuple] | None:
+    """``{graph input name: shape}`` of the ONNX model at ``path`` (initializers excluded), or
+    ``None`` when a dim is not fixed or the file is not a readable ONNX model. Memoized per
+    (path, size, mtime)."""
+    import onnx
+
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    memo_key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    if memo_key not in _shape_memo:
+        shapes: dict | None = {}
+        try:
+            model = onnx.load(path, load_external_data=False)
+        except Exception:  # noqa: BLE001 - onnx raises DecodeError, OSError, ValueError: not a usable model
+            model = None
+        if model is None:
+            shapes = None
+        else:
+            inits = {i.name for i in model.graph.initializer}
+            for value in model.graph.input:
+                if value.name in inits:
+                    continue
+                dims = value.type.tensor_type.shape.dim
+                if not value.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
+                    shapes = None
+                    break
+                shapes[value.name] = tuple(int(d.dim_value) for d in dims)
+        if len(_shape_memo) > 256:
+            _shape_memo.clear()
+        _shape_memo[memo_key] = shapes
+    return _shape_memo[memo_key]
+
+
+def resolve_epcontext_specialization(source, settings, shapes) -> ResolvedArtifact | None:
+    """A ``<stem>_ctx*.onnx`` next to the model (file-name order) whose graph inputs are all static
+    and whose shape of every input in ``shapes`` equals it; ``None`` when there is none."""
+    import glob
+
+    from onnxwrapper._shapes import shapes_note
+
+    if source.path is None:
+        return None
+    pattern = os.path.join(glob.escape(source.directory), glob.escape(source.stem) + "_ctx*.onnx")
+    wanted = {name: tuple(int(d) for d in shape) for name, shape in shapes.items()}
+    for candidate in sorted(glob.glob(pattern)):
+        static = static_input_shapes(candidate)
+        if static is not None and all(static.get(name) == shape for name, shape in wanted.items()):
+            return ResolvedArtifact(candidate, "epcontext", candidate,
+                                    f"EPContext specialization for {shapes_note(wanted)} next to the model")
+    return None
+
+
 #: resolvers asked in order: EPContext model first, then raw context binaries
 ARTIFACT_RESOLVERS: list[ArtifactResolver] = [resolve_epcontext_next_to_model, resolve_raw_context_binary]
+#: resolvers asked for each new feed shape of a dynamic model: ``resolver(source, settings, shapes)``
+SPECIALIZATION_RESOLVERS: list[ArtifactResolver] = [resolve_epcontext_specialization]
 
 
-def register_artifact_resolver(resolver: ArtifactResolver, *, index: int | None = None) -> Callable[[], None]:
-    """Add a resolver (at ``index``, default last). Returns a function that removes it again."""
+def register_artifact_resolver(resolver: ArtifactResolver, *, index: int | None = None,
+                               for_shapes: bool = False) -> Callable[[], None]:
+    """Add a resolver (at ``index``, default last). Returns a function that removes it again.
+
+    Args:
+        resolver: ``resolver(source, settings)`` for static models, or with ``for_shapes=True``
+            ``resolver(source, settings, shapes)`` for the specializations of dynamic models.
+        index: position in the list; default last.
+        for_shapes: add to :data:`SPECIALIZATION_RESOLVERS` instead of :data:`ARTIFACT_RESOLVERS`.
+    """
+    table = SPECIALIZATION_RESOLVERS if for_shapes else ARTIFACT_RESOLVERS
     if index is None:
-        ARTIFACT_RESOLVERS.append(resolver)
+        table.append(resolver)
     else:
-        ARTIFACT_RESOLVERS.insert(index, resolver)
+        table.insert(index, resolver)
 
     def undo() -> None:
-        if resolver in ARTIFACT_RESOLVERS:
-            ARTIFACT_RESOLVERS.remove(resolver)
+        if resolver in table:
+            table.remove(resolver)
 
     return undo
 
@@ -104,6 +180,20 @@ def resolve_precompiled(source, settings) -> ResolvedArtifact | None:
         found = resolver(source, settings)
         if found is not None:
             _log.info("onnxwrapper qnn: using precompiled %s %s for %s", found.kind, found.origin, source.path)
+            return found
+    return None
+
+
+def resolve_specialization(source, settings, shapes) -> ResolvedArtifact | None:
+    """The first precompiled specialization a :data:`SPECIALIZATION_RESOLVERS` entry finds for
+    ``shapes`` (``{dynamic input name: shape}``), or ``None`` (also for bytes models)."""
+    if source.path is None:
+        return None
+    for resolver in list(SPECIALIZATION_RESOLVERS):
+        found = resolver(source, settings, shapes)
+        if found is not None:
+            _log.info("onnxwrapper qnn: using precompiled %s %s for %s (%s)", found.kind, found.origin, source.path,
+                      found.note)
             return found
     return None
 

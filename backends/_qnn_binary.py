@@ -18,6 +18,10 @@ v1–v3, graph info v1–v3, tensor v1–v2) for 64-bit hosts.
 * :func:`resolve_raw_context_binary` — resolver for the ``qnn`` backend's
   ``register_artifact_resolver`` (see ``backends/_qnn_artifacts.py``).
 
+The ``qnn`` backend also opens a ``.bin`` given as the model path with :func:`wrap_raw_binary`
+(``backends/_qnn_open.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin`` prints
+:meth:`BinaryInfo.to_dict`.
+
 Limits: the reader needs a libQnnSystem matching the binary's QNN version (newer binaries may be
 rejected by an older library: :class:`~onnxwrapper.errors.ArtifactError`). Quantized IO is
 described (scale/offset) but the EPContext wrapper only declares non-quantized types (float,
@@ -161,6 +165,11 @@ class TensorInfo:
     scale: float | None = None
     offset: int | None = None
 
+    def to_dict(self) -> dict:
+        """JSON-ready dict: name, shape (list), dtype, scale, offset."""
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "scale": self.scale,
+                "offset": self.offset}
+
 
 @dataclass(frozen=True)
 class GraphInfo:
@@ -169,6 +178,11 @@ class GraphInfo:
     name: str
     inputs: tuple
     outputs: tuple
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: name, inputs, outputs (lists of :meth:`TensorInfo.to_dict`)."""
+        return {"name": self.name, "inputs": [t.to_dict() for t in self.inputs],
+                "outputs": [t.to_dict() for t in self.outputs]}
 
 
 @dataclass(frozen=True)
@@ -179,6 +193,11 @@ class BinaryInfo:
     build_id: str
     soc_version: str
     graphs: tuple
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict: path, build_id, soc_version, graphs (``aipc inspect model.bin --json``)."""
+        return {"path": self.path, "build_id": self.build_id, "soc_version": self.soc_version,
+                "graphs": [g.to_dict() for g in self.graphs]}
 
     def graph(self, selector=None) -> GraphInfo:
         """The graph by name or index; the only graph when ``selector`` is ``None``.
@@ -427,8 +446,8 @@ def wrap_raw_binary(binary: str, *, graph=None, onnx_model=None, cache_dir: str 
 
 def resolve_raw_context_binary(source, settings):
     """``qnn`` backend resolver: a raw context binary next to the model (:data:`RAW_BINARY_SUFFIXES`
-    order, ``<stem>.bin`` skipped next to ``<stem>.cpp``) wrapped by :func:`wrap_raw_binary`, or
-    ``None`` when there is none. The user's folder is never written (the wrapper is cached in
+    order, ``<stem>.bin`` skipped next to ``<stem>.cpp``) wrapped by :func:`wrap_raw_binary` (graph
+    ``settings.graph`` when set), or ``None`` when there is none. The user's folder is never written (the wrapper is cached in
     ``settings.cache_dir``, else the onnxwrapper cache)."""
     from onnxwrapper.backends._foreign_io import find_artifact
     from onnxwrapper.backends._qnn_artifacts import ResolvedArtifact
@@ -439,5 +458,6 @@ def resolve_raw_context_binary(source, settings):
     found, _tried = find_artifact(source.directory, names, refuse_if={f"{source.stem}.bin": f"{source.stem}.cpp"})
     if found is None:
         return None
-    ctx, graph = wrap_raw_binary(found, onnx_model=source.load_proto(), cache_dir=getattr(settings, "cache_dir", None))
+    ctx, graph = wrap_raw_binary(found, graph=getattr(settings, "graph", None), onnx_model=source.load_proto(),
+                                 cache_dir=getattr(settings, "cache_dir", None))
     return ResolvedArtifact(ctx, "context_binary", found, f"raw QNN context binary, graph '{graph.name}'")

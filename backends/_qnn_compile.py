@@ -21,7 +21,7 @@ import glob
 import logging
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from onnxwrapper._cache import ArtifactCache, CacheEntry, make_key
 from onnxwrapper._partition import PartitionReport
@@ -30,7 +30,8 @@ from onnxwrapper.errors import ArtifactError, BackendUnavailableError, Partition
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
            "create_qnn_session",
-           "generate_epcontext", "compile_cache_key", "cached_compile", "copy_model_metadata"]
+           "generate_epcontext", "compile_cache_key", "cached_compile", "copy_model_metadata", "DLC_EP_OPTIONS",
+           "qnn_ir_backend_path", "dump_dlc"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -174,13 +175,21 @@ def generate_epcontext(model, out_dir: str, user_so, ep_options: Mapping[str, st
 
 
 def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shapes: Mapping[str, Any] | None,
-                      so_entries: Mapping[str, str], graph_optimization_level: int) -> str:
+                      so_entries: Mapping[str, str], graph_optimization_level: int,
+                      patches: Sequence[Mapping[str, Any]] | None = None) -> str:
     """Cache key of one compile: model content (+ external data), compile-relevant EP options,
     specialization shapes, copied session config entries and optimization level, QNN SDK /
-    onnxruntime-qnn / onnxruntime versions and :data:`CACHE_FORMAT`."""
+    onnxruntime-qnn / onnxruntime versions and :data:`CACHE_FORMAT`; for a patched model also
+    the patch records (``PatchRecord.to_dict()``: patch, node, inserted nodes) and the onnxwrapper
+    version (the patch implementations). Unpatched keys do not change with ``patches=None``."""
     parts = {"format": CACHE_FORMAT, "model": model_hash, "ep_options": dict(sorted(compile_options.items())),
              "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}, "session_config": dict(so_entries),
              "graph_optimization_level": int(graph_optimization_level)}
+    if patches:
+        from onnxwrapper._version import __version__
+
+        parts["patches"] = [dict(p) for p in patches]
+        parts["onnxwrapper"] = __version__
     parts.update(qnn_versions())
     return make_key(parts)
 
@@ -190,13 +199,17 @@ def cached_compile(cache: ArtifactCache, key: str, model, user_so, ep_options: M
                    note: str = "") -> tuple[CacheEntry, str, PartitionReport]:
     """The cached EPContext for ``key``, compiling ``model`` into the cache on a miss.
 
+    ``model`` is a path, serialized bytes, or a zero-argument callable returning bytes (called
+    only on a miss, e.g. to serialize a patched model lazily).
+
     Returns:
         ``(entry, ctx path, partition report)``; ``entry.hit`` tells whether it was compiled now.
         The report's ``source`` is ``"compile"`` on a miss and ``"cache"`` on a hit.
     """
     def build(directory: str) -> dict[str, Any]:
         _log.info("onnxwrapper qnn: compiling %s for the QNN HTP …", note or "model")
-        return generate_epcontext(model, directory, user_so, ep_options, devices, original=original,
+        return generate_epcontext(model() if callable(model) else model, directory, user_so, ep_options, devices,
+                                  original=original,
                                   external_data_dir=external_data_dir, kwargs=kwargs, note=note)
 
     entry = cache.get_or_create(key, build)
@@ -210,3 +223,59 @@ def cached_compile(cache: ArtifactCache, key: str, model, user_so, ep_options: M
     if entry.hit:
         report = report.with_source("cache")
     return entry, ctx, report
+
+
+#: the QNN EP options of a DLC dump (QNN IR backend); set only by :func:`dump_dlc`, refused as raw options
+DLC_EP_OPTIONS = ("dump_qnn_ir_dlc", "dump_qnn_ir_dlc_dir", "qnn_ir_backend_path")
+
+
+def qnn_ir_backend_path() -> str:
+    """onnxruntime-qnn's QNN IR backend library (``libQnnIr.so`` / ``QnnIr.dll``, next to its EP library).
+
+    Raises:
+        ArtifactError: onnxruntime-qnn ships no IR backend library.
+    """
+    import onnxruntime_qnn
+
+    folder = os.path.dirname(onnxruntime_qnn.get_library_path())
+    for name in ("libQnnIr.so", "QnnIr.dll"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return os.path.join(folder, name)
+    raise ArtifactError(f"onnxruntime-qnn has no QNN IR backend library (libQnnIr.so / QnnIr.dll) in {folder}; DLC "
+                        f"export needs it.", path=folder)
+
+
+def dump_dlc(model, out_dir: str, user_so, ep_options: Mapping[str, str], devices, *,
+             external_data_dir: str | None = None, kwargs: Mapping[str, Any] | None = None) -> list[str]:
+    """Write one DLC per QNN partition of ``model`` into the folder ``out_dir`` (created if missing).
+
+    A session with the compile's QNN EP options plus ``dump_qnn_ir_dlc=1``,
+    ``dump_qnn_ir_dlc_dir=out_dir`` and ``qnn_ir_backend_path`` (:func:`qnn_ir_backend_path`)
+    makes the QNN EP build its graphs with QNN's IR backend, which serializes each one as a
+    ``.dlc`` (measured: real DLCs, onnxruntime-qnn 2.7.0). It cannot be the EPContext-generating
+    session (measured: ``EP_FAIL … Failed to get QNN context binary size``), so this is a second
+    session. ORT's log is raised to FATAL for it: the IR backend logs a harmless E-level line
+    ("Failed to create HTP power config id").
+
+    Args:
+        model: model path or serialized bytes (static shapes). ep_options: the compile's QNN EP
+            options (validated). devices: QNN ``OrtEpDevice`` list. user_so: SessionOptions or None.
+
+    Returns:
+        The written ``.dlc`` paths, sorted.
+
+    Raises:
+        ArtifactError: no IR backend library, or no DLC written. ORT's errors for the session.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    options = dict(ep_options, dump_qnn_ir_dlc="1", dump_qnn_ir_dlc_dir=out_dir,
+                   qnn_ir_backend_path=qnn_ir_backend_path())
+    configs = {"session.model_external_initializers_file_folder_path": external_data_dir} if external_data_dir else {}
+    so = build_session_options(user_so, options, devices, configs, profiling=False)
+    so.log_severity_level = 4
+    session = create_qnn_session(model, so, kwargs)
+    del session
+    written = sorted(glob.glob(os.path.join(glob.escape(out_dir), "*.dlc")))
+    if not written:
+        raise ArtifactError(f"The QNN IR backend wrote no DLC into {out_dir}.", path=out_dir)
+    return written

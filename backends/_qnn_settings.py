@@ -34,6 +34,12 @@ class QnnSettings:
         strict: refuse any node off the QNN EP. cache_dir: cache root override or ``None``.
         max_specializations: live shape specializations per session (LRU bound).
         real_npu: True when a physical NPU runs the graphs.
+        patches: ``True`` (apply every registered operator patch to nodes QNN leaves on CPU),
+            ``False`` (none) or the tuple of patch names *not* to use
+            (see :mod:`onnxwrapper.backends._qnn_patching`).
+        graph: graph name or index inside a raw QNN context binary, or ``None``.
+        companion: ONNX model describing a raw context binary given as the model (path), ``False``
+            for none, ``None`` for ``<stem>.onnx`` next to it.
     """
 
     target: str | None
@@ -45,6 +51,15 @@ class QnnSettings:
     cache_dir: str | None = None
     max_specializations: int = 8
     real_npu: bool = False
+    patches: bool | tuple = True
+    graph: int | str | None = None
+    companion: str | bool | None = None
+
+    def disabled_patches(self) -> tuple[str, ...] | None:
+        """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
+        from onnxwrapper.backends._qnn_patching import disabled_patches
+
+        return disabled_patches(self.patches)
 
     def process_config(self) -> QnnProcessConfig:
         """The part of the settings that is global to the process."""
@@ -160,4 +175,5 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        ep_options=dict(sorted(final.items())), strict=bool(config.get("strict")),
                        cache_dir=config.get("cache_dir"),
                        max_specializations=int(config.get("max_specializations") or 8),
-                       real_npu=real_npu)
+                       real_npu=real_npu, patches=config.get("patches", True), graph=config.get("graph"),
+                       companion=config.get("onnx"))

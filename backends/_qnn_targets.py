@@ -227,7 +227,9 @@ _REJECTED = {
     "backend_path": "onnxwrapper selects the HTP backend library of onnxruntime-qnn itself",
     "enable_htp_prepare_only": "the session would not be able to run",
     "qnn_saver_path": "the QNN Saver backend records calls and returns garbage outputs",
-    "dump_qnn_ir_dlc": "use `aipc compile` for DLC export",
+    "dump_qnn_ir_dlc": "DLC export is compile_model(..., dlc_dir=DIR) or `aipc compile --dlc`",
+    "dump_qnn_ir_dlc_dir": "DLC export is compile_model(..., dlc_dir=DIR) or `aipc compile --dlc`",
+    "qnn_ir_backend_path": "DLC export is compile_model(..., dlc_dir=DIR) or `aipc compile --dlc`",
     "htp_bf16_enable": "BF16 is not a validated precision of this backend",
 }
 

@@ -12,23 +12,31 @@ Session life cycle (:meth:`QnnBackend.open`):
    without NPU: Snapdragon X Elite, ``soc_model=60``, so numerics emulate the device's FP16);
 2. the process-global QNN configuration is pinned (a conflicting one raises
    :class:`~onnxwrapper.errors.BackendConfigConflictError`);
-3. static models: a precompiled artifact next to the model (``<stem>_ctx.onnx``, see
-   :mod:`onnxwrapper.backends._qnn_artifacts`) wins, else the compile cache
+3. static models: a precompiled artifact next to the model (``<stem>_ctx.onnx`` or a raw context
+   binary, see :mod:`onnxwrapper.backends._qnn_artifacts`) wins, else the compile cache
    (:mod:`onnxwrapper._cache`) returns the EPContext model, compiling it once on a miss;
-   dynamic models: compiled per feed shape at ``run`` (:mod:`onnxwrapper.backends._qnn_session`).
+   dynamic models: a precompiled ``<stem>_ctx*.onnx`` for the feed's shapes, else compiled per
+   feed shape at ``run`` (:mod:`onnxwrapper.backends._qnn_session`); a raw QNN context binary
+   given as the model path (``*.bin``) is wrapped and run (:mod:`onnxwrapper.backends._qnn_binary`).
+   Compiles apply operator patches to nodes QNN leaves on CPU unless ``patches=False``
+   (:mod:`onnxwrapper.backends._qnn_patching`).
 
-:func:`compile_model` is the same compile as a public function (used by ``aipc compile``).
+:func:`compile_model` is the same compile as a public function (used by ``aipc compile``), with
+an optional DLC export (``dlc_dir``).
 """
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from onnxwrapper.backends._qnn_patching import convert_patches
 from onnxwrapper.backends._qnn_targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
@@ -39,6 +47,20 @@ __all__ = ["QnnBackend", "CompileResult", "compile_model"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _SRC = "QNN SDK QnnTypes.h Qnn_SocModel_t; QNN 'Supported Snapdragon devices'"
+
+
+def convert_graph(value: Any) -> int | str:
+    """Option converter for ``graph``: a graph index (int ≥ 0) or a non-empty graph name."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or value == "" or (
+            isinstance(value, int) and value < 0):
+        raise ValueError("expected a graph name (str) or a graph index (int >= 0)")
+    return value
+
+
+def _convert_companion(value: Any):
+    from onnxwrapper.backends._foreign_io import companion_option
+
+    return companion_option(value)
 
 
 def _convert_cache_dir(value: Any) -> str:
@@ -68,6 +90,13 @@ _DOCS = {
     "provider_options": "Raw QNN EP options, validated before the EP sees them (qnn_context_priority, device_id, "
                         "vtcm_mb, htp_graph_finalization_optimization_mode, profiling_level, ...; see "
                         "docs/backends/qnn.md).",
+    "patches": "Operator patches for nodes the QNN EP leaves on CPU: True (default: every registered patch, "
+               "onnxwrapper.patches.list_patches()), False (none), or a list of patch names to disable, e.g. "
+               "['einsum']. The patched model is compiled instead and the partition report lists the patches.",
+    "graph": "Graph name (str) or index (int) inside a raw QNN context binary (.bin model path, or one found next "
+             "to the model); default: the only graph, else the one matching the ONNX model's IO names.",
+    "onnx": "ONNX model describing a raw context binary given as the model path (names, order, dtypes, metadata); "
+            "default <stem>.onnx next to the .bin when present; False: use the binary's own tensor names.",
 }
 
 _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, default, convert in (
@@ -81,6 +110,9 @@ _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defa
     ("cache_dir", None, _convert_cache_dir),
     ("max_specializations", 8, convert_positive_int),
     ("provider_options", None, convert_provider_options),
+    ("patches", True, convert_patches),
+    ("graph", None, convert_graph),
+    ("onnx", None, _convert_companion),
 )}
 
 
@@ -172,10 +204,13 @@ class CompileResult:
 
     Attributes:
         ctx_path: the EPContext ONNX model. bin_path: its QNN context binary (``None`` if embedded).
-        ctx_bytes / bin_bytes: file sizes in bytes. partition: per-node EP assignment.
-        seconds: compile wall time (s). ep_options: QNN EP options used.
+        ctx_bytes / bin_bytes: file sizes in bytes. partition: per-node EP assignment
+            (:class:`~onnxwrapper._partition.PartitionReport`, of the patched model when patched).
+        seconds: compile wall time (s; the patched recompile included). ep_options: QNN EP options used.
         input_shapes: specialization shapes (``None`` for static models).
         versions: onnxruntime / onnxruntime_qnn / QNN SDK versions.
+        patches: operator patches applied (``PatchRecord.to_dict()`` dicts; ``()`` when none).
+        dlc_paths: DLCs written into ``dlc_dir`` (``()`` without ``dlc_dir``). dlc_seconds: their time (s).
     """
 
     ctx_path: str
@@ -187,21 +222,34 @@ class CompileResult:
     ep_options: Mapping[str, str]
     input_shapes: Mapping[str, tuple] | None
     versions: Mapping[str, str]
+    patches: tuple = ()
+    dlc_paths: tuple = ()
+    dlc_seconds: float = 0.0
 
 
 def compile_model(model, output_path, backend_options: Mapping[str, Any] | None = None,
                   input_shapes: Mapping[str, Any] | None = None, *, sess_options=None,
-                  overwrite: bool = False) -> CompileResult:
+                  overwrite: bool = False, dlc_dir=None) -> CompileResult:
     """Compile ``model`` for the QNN HTP into an EPContext model + QNN context binary.
+
+    The same compile as a session's: with the ``patches`` option on (default), nodes the QNN EP
+    leaves on CPU that a registered patch can rewrite are patched and the model recompiled (see
+    :mod:`onnxwrapper.backends._qnn_patching`); ``strict`` is judged after patching.
 
     Args:
         model: path (``str``/``os.PathLike``), serialized bytes, or ``onnx.ModelProto``.
         output_path: the EPContext model to write, e.g. ``"m_ctx.onnx"`` (next to ``m.onnx`` it
             is then used by sessions automatically); the binary is ``<output stem>_qnn.bin``.
-        backend_options: the ``qnn`` backend options (target, precision, …; cache options unused).
+        backend_options: the ``qnn`` backend options (target, precision, patches, strict, …;
+            cache options unused).
         input_shapes: ``{input name: shape}`` for inputs with dynamic dims (required for them).
         sess_options: ``onnxruntime.SessionOptions`` to copy (optimization level, configs).
-        overwrite: replace existing output files (default: raise ArtifactError).
+        overwrite: replace existing output files, including ``*.dlc`` files in ``dlc_dir``
+            (default: raise ArtifactError).
+        dlc_dir: folder to write one DLC per QNN partition of the compiled (patched) model into,
+            through QNN's IR backend (QNN EP options ``dump_qnn_ir_dlc``, ``dump_qnn_ir_dlc_dir``,
+            ``qnn_ir_backend_path`` = onnxruntime-qnn's libQnnIr; a second session, see
+            :func:`onnxwrapper.backends._qnn_compile.dump_dlc`). Default ``None``: no DLC.
 
     Returns:
         :class:`CompileResult`.
@@ -209,14 +257,16 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     Raises:
         BackendUnavailableError, BackendOptionError, BackendConfigConflictError (another QNN
         configuration is active in this process), PartitionError (QNN took no node, or
-        ``strict`` and some node is not on QNN), ArtifactError (output exists), ORT's classes
-        for a bad model.
+        ``strict`` and some node is not on QNN after patching), ArtifactError (output exists; no
+        IR backend library for ``dlc_dir``), ORT's classes for a bad model.
     """
     import onnx
 
     from onnxwrapper._model_source import ModelSource
+    from onnxwrapper._partition import PartitionReport
     from onnxwrapper._shapes import dynamic_inputs, shapes_note, specialize
-    from onnxwrapper.backends._qnn_compile import generate_epcontext
+    from onnxwrapper.backends._qnn_compile import dump_dlc, generate_epcontext
+    from onnxwrapper.backends._qnn_patching import compile_with_patches
     from onnxwrapper.backends._qnn_runtime import claim_config, ensure_registered, qnn_versions, user_qnn_ep_options
     from onnxwrapper.backends._qnn_session import check_partition
     from onnxwrapper.backends._qnn_settings import resolve_settings
@@ -226,6 +276,10 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         raise BackendUnavailableError(f"Backend 'qnn' is not available: {availability.reason}.", backend="qnn",
                                       reason=availability.reason, install_hint=availability.install_hint)
     config = QnnBackend.validate_options(backend_options or {})
+    for key in ("graph", "onnx"):
+        if config.get(key) is not None:
+            raise BackendOptionError(f"compile_model compiles ONNX models; option '{key}' only applies to raw QNN "
+                                     f"context binaries opened as sessions.", backend="qnn")
     settings = resolve_settings(config, user_qnn_ep_options(sess_options), real_npu=availability.real_npu)
     source = (ModelSource(None, model.SerializeToString()) if isinstance(model, onnx.ModelProto)
               else ModelSource.from_arg(model))
@@ -236,36 +290,58 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     if missing:
         raise BackendOptionError(f"Inputs {missing} have dynamic dims {[dynamic[n] for n in missing]}: pass their "
                                  f"static shapes in input_shapes to compile a specialization.", backend="qnn")
-    model_input = source.path if (source.path is not None and not shapes) else None
-    if model_input is None:
-        model_input = specialize(proto, shapes).SerializeToString() if shapes else source.read_bytes()
+    if shapes:
+        proto = specialize(proto, shapes)
+        model_input = proto.SerializeToString()
+    else:
+        model_input = source.path if source.path is not None else source.read_bytes()
     output_path = os.path.abspath(os.fspath(output_path))
     folder, ctx_name = os.path.split(output_path)
     bin_target = os.path.join(folder, os.path.splitext(ctx_name)[0] + "_qnn.bin")
-    for existing in (output_path, bin_target):
+    dlc_dir = os.path.abspath(os.fspath(dlc_dir)) if dlc_dir is not None else None
+    old_dlcs = sorted(glob.glob(os.path.join(glob.escape(dlc_dir), "*.dlc"))) if dlc_dir else []
+    for existing in [output_path, bin_target] + old_dlcs[:1]:
         if os.path.exists(existing) and not overwrite:
             raise ArtifactError(f"{existing} exists already; pass overwrite=True to replace it.", path=existing)
     devices = ensure_registered()
     label = source.path or "<model bytes>"
     claim_config(settings.process_config(), label)
     os.makedirs(folder, exist_ok=True)
+    note = shapes_note(shapes) if shapes else ""
     with tempfile.TemporaryDirectory(dir=folder, prefix=".onnxwrapper-compile-") as tmp:
-        meta = generate_epcontext(model_input, tmp, sess_options, settings.ep_options, devices, original=proto,
-                                  external_data_dir=source.directory, ctx_name=ctx_name,
-                                  note=shapes_note(shapes) if shapes else "")
-        from onnxwrapper._partition import PartitionReport
+        def compile_fn(model_in, records):
+            directory = os.path.join(tmp, str(len(os.listdir(tmp))))
+            os.mkdir(directory)
+            data = model_in() if callable(model_in) else model_in
+            meta = generate_epcontext(data, directory, sess_options, settings.ep_options, devices, original=proto,
+                                      external_data_dir=source.directory, ctx_name=ctx_name, note=note)
+            return (directory, meta, data), PartitionReport.from_dict(meta["partition"])
 
-        report = PartitionReport.from_dict(meta["partition"])
+        start = time.perf_counter()
+        (directory, meta, compiled_input), report, records = compile_with_patches(
+            compile_fn, model_input, proto, settings.disabled_patches(), label=label)
+        seconds = time.perf_counter() - start
         check_partition(report, strict=settings.strict, label=label, warn_key=f"compile:{source.content_hash()}",
                         stacklevel=2)
-        os.replace(os.path.join(tmp, ctx_name), output_path)
+        dlc_paths, dlc_seconds = [], 0.0
+        if dlc_dir:
+            start = time.perf_counter()
+            written = dump_dlc(compiled_input, os.path.join(tmp, "dlc"), sess_options, settings.ep_options, devices,
+                               external_data_dir=source.directory)
+            os.makedirs(dlc_dir, exist_ok=True)
+            for old in old_dlcs:
+                os.remove(old)
+            for path in written:
+                dlc_paths.append(os.path.join(dlc_dir, os.path.basename(path)))
+                os.replace(path, dlc_paths[-1])
+            dlc_seconds = time.perf_counter() - start
+        os.replace(os.path.join(directory, ctx_name), output_path)
         bin_path = None
         if meta.get("bin"):
             bin_path = os.path.join(folder, meta["bin"])
-            os.replace(os.path.join(tmp, meta["bin"]), bin_path)
-    _log.info("onnxwrapper qnn: compiled %s → %s in %.2f s (%s)", label, output_path, meta["compile_seconds"],
-              report.summary())
+            os.replace(os.path.join(directory, meta["bin"]), bin_path)
+    _log.info("onnxwrapper qnn: compiled %s → %s in %.2f s (%s)", label, output_path, seconds, report.summary())
     return CompileResult(output_path, bin_path, os.path.getsize(output_path),
-                         os.path.getsize(bin_path) if bin_path else 0, report, float(meta["compile_seconds"]),
-                         dict(settings.ep_options), shapes or None, qnn_versions())
-
+                         os.path.getsize(bin_path) if bin_path else 0, report, seconds,
+                         dict(settings.ep_options), shapes or None, qnn_versions(), tuple(records), tuple(dlc_paths),
+                         dlc_seconds)

@@ -12,12 +12,16 @@ Limits: node names and the node list are ORT's *after* its graph transformations
 ``Transpose`` nodes the QNN EP's layout transformation inserts, ``*_token_*`` renames), not the
 original ONNX node list. ORT does not expose why a node was not claimed by an EP; ``reason`` is
 filled only where onnxwrapper knows it (see :func:`known_reason`).
+
+When a backend rewrote nodes with operator patches (:mod:`onnxwrapper.patches`) before compiling,
+:attr:`PartitionReport.patches` lists them (``PatchRecord.to_dict()`` dicts) and the node list is
+that of the patched model.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 __all__ = ["NodeAssignment", "PartitionReport", "PartialOffloadWarning", "known_reason"]
@@ -94,6 +98,9 @@ class PartitionReport:
             per original node), ``"artifact"`` (assignment of a loaded precompiled EPContext model:
             compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time).
         note: free text for listings (e.g. the model name or the specialization shapes).
+        patches: operator patches applied to the model before this partition was made, as
+            ``onnxwrapper.patches.PatchRecord.to_dict()`` dicts (keys ``patch``, ``node_name``,
+            ``op_type``, ``summary``, ``added_nodes``, …); empty when the model ran unpatched.
     """
 
     target_ep: str
@@ -101,6 +108,7 @@ class PartitionReport:
     partition_eps: tuple[str, ...] = ()
     source: str = "compile"
     note: str = ""
+    patches: tuple[Mapping[str, Any], ...] = ()
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -145,12 +153,15 @@ class PartitionReport:
         nodes = tuple(NodeAssignment(n["name"], n["op_type"], n["domain"], n["ep"], int(n.get("partition", 0)),
                                      n.get("reason")) for n in data.get("nodes", ()))
         return cls(data["target_ep"], nodes, tuple(data.get("partition_eps", ())), data.get("source", "compile"),
-                   data.get("note", ""))
+                   data.get("note", ""), tuple(dict(p) for p in data.get("patches", ())))
 
     def with_source(self, source: str, note: str | None = None) -> "PartitionReport":
         """A copy with another :attr:`source` (and :attr:`note`)."""
-        return PartitionReport(self.target_ep, self.nodes, self.partition_eps, source,
-                               self.note if note is None else note)
+        return replace(self, source=source, note=self.note if note is None else note)
+
+    def with_patches(self, patches: Iterable[Any]) -> "PartitionReport":
+        """A copy whose :attr:`patches` are ``patches`` (``PatchRecord`` objects or their dicts)."""
+        return replace(self, patches=tuple(dict(p.to_dict() if hasattr(p, "to_dict") else p) for p in patches))
 
     # -- queries ---------------------------------------------------------------------------------
     @property
@@ -193,7 +204,8 @@ class PartitionReport:
         return list(self.counts)
 
     def summary(self) -> str:
-        """One line, e.g. ``"QNNExecutionProvider 4/5 nodes, CPUExecutionProvider 1 (Det), 3 partitions"``."""
+        """One line, e.g. ``"QNNExecutionProvider 4/5 nodes, CPUExecutionProvider 1 (Det), 3 partitions"``;
+        with patches ``"…, 1 partition, patched: mod (node m)"``; the note follows in brackets."""
         total = len(self.nodes)
         parts = []
         for ep, count in self.counts.items():
@@ -206,13 +218,16 @@ class PartitionReport:
         if self.target_ep not in self.counts:
             parts.insert(0, f"{self.target_ep} 0/{total} nodes")
         text = ", ".join(parts) + f", {self.num_partitions} partition{'s' if self.num_partitions != 1 else ''}"
+        if self.patches:
+            text += ", patched: " + ", ".join(f"{p.get('patch')} (node {p.get('node_name') or '<unnamed>'})"
+                                              for p in self.patches)
         return f"{text} [{self.note}]" if self.note else text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: target_ep, source, note, counts, num_partitions, partition_eps, nodes."""
+        """JSON-ready dict: target_ep, source, note, counts, num_partitions, partition_eps, nodes, patches."""
         return {"target_ep": self.target_ep, "source": self.source, "note": self.note, "counts": self.counts,
                 "num_partitions": self.num_partitions, "partition_eps": list(self.partition_eps),
-                "nodes": [n.to_dict() for n in self.nodes]}
+                "nodes": [n.to_dict() for n in self.nodes], "patches": [dict(p) for p in self.patches]}
 
     def __str__(self) -> str:
         return self.summary()

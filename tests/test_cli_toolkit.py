@@ -76,6 +76,38 @@ def test_inspect_static_shapes_and_usage_errors(tmp_path):
     assert proc.returncode == 0 and proc.stdout.startswith("cpu")
 
 
+@pytest.mark.qnn
+@skip_without_qnn
+def test_inspect_context_binary(tmp_path, monkeypatch):
+    """``aipc inspect model.bin``: graphs, tensors, shapes, dtypes (text and --json)."""
+    import warnings
+
+    from onnxwrapper.backends.qnn import compile_model
+
+    monkeypatch.setenv("ONNXWRAPPER_CACHE_DIR", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Det stays on CPU: two QNN graphs in one binary
+        model = onnx.load_from_string(models.conv_det_relu())
+        model.doc_string = str(tmp_path)  # a model of its own: no warn-once shared with other tests
+        binary = compile_model(model, tmp_path / "cdr_ctx.onnx").bin_path
+    proc = aipc("inspect", binary)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 graphs" in proc.stdout and "graph 1: QNNExecutionProvider_" in proc.stdout
+    assert [ln.split()[:3] for ln in proc.stdout.splitlines() if ln.strip().startswith(("X ", "d "))] == [
+        ["X", "float32", "[1,"], ["d", "float32", "[1]"]]
+    data = json.loads(aipc("inspect", binary, "--json").stdout)
+    assert data["bytes"] == os.path.getsize(binary) and data["build_id"].startswith("v2.")
+    (first, second) = data["graphs"]
+    assert first["inputs"] == [{"name": "X", "shape": [1, 1, 2, 2], "dtype": "float32", "scale": None, "offset": None}]
+    assert [t["name"] for t in second["inputs"] + second["outputs"]] == ["d", "Y"]
+    assert aipc("inspect", binary, "--shape", "X=1,1,2,2").returncode == 64
+    bogus = tmp_path / "weights.bin"
+    bogus.write_bytes(b"\0" * 128)
+    proc = aipc("inspect", bogus)
+    assert proc.returncode == 1 and "not a QNN context binary" in proc.stderr
+    assert aipc("inspect", tmp_path / "missing.bin").returncode == 2
+
+
 # -- capture ---------------------------------------------------------------------------------------
 def test_capture_leading_and_trailing_forms(workdir):
     cap = workdir / "cap"

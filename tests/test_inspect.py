@@ -132,18 +132,16 @@ _SESSION_VS_INSPECT = r'''
 import json, sys, tempfile
 import onnxwrapper
 from onnxwrapper._inspect import inspect_model
-from onnxwrapper.backends.qnn import QnnBackend
 path = sys.argv[1]
 result = inspect_model(path, backend="qnn")
 rules = inspect_model(path, backend="qnn", probe=False)
 with tempfile.TemporaryDirectory() as cache:
-    opts = {"cache_dir": cache}
-    if "patches" in QnnBackend.options:
-        opts["patches"] = False
-    session = onnxwrapper.InferenceSession(path, backend="qnn", backend_options=opts)
-    report = session.get_partition()
+    session = onnxwrapper.InferenceSession(path, backend="qnn", backend_options={"cache_dir": cache,
+                                                                                "patches": False})
+    patched = onnxwrapper.InferenceSession(path, backend="qnn", backend_options={"cache_dir": cache})
     print("RESULT" + json.dumps({"inspect": result.partition.to_dict(), "rules": rules.partition.to_dict(),
-                                 "session": report.to_dict()}))
+                                 "session": session.get_partition().to_dict(),
+                                 "patched": patched.get_partition().to_dict()}))
 '''
 
 
@@ -172,6 +170,10 @@ def test_inspect_partition_equals_session_partition(tmp_path):
     assert data["inspect"]["num_partitions"] == data["session"]["num_partitions"]
     reasons = {n["name"]: n["reason"] for n in data["inspect"]["nodes"]}
     assert "fmod" in reasons["mod"] and "Det" in reasons["det"] and "equation" in reasons["einsum"]
-    assert data["inspect"]["after_patches"] is not None
+    # "after patches" is what the backend's automatic patches give a session
+    assert data["inspect"]["after_patches"] == data["patched"]["counts"]
+    assert data["inspect"]["after_patches"]["CPUExecutionProvider"] == 1  # Det: no patch for it
+    assert data["inspect"]["applied_patches"] == data["patched"]["patches"]
+    assert sorted(p["patch"] for p in data["patched"]["patches"]) == ["einsum", "mod"]
     # the static rules agree with the session on this model
     assert {n["name"]: n["ep"] for n in data["rules"]["nodes"] if n["name"] in session_eps} == session_eps

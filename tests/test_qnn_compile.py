@@ -138,3 +138,50 @@ def test_artifact_resolver_extension_point(tmp_path):
         undo()
     assert seen == [("plug.onnx", 60)] and _origin(session) == "precompiled"
     assert _origin(onnxwrapper.InferenceSession(model, backend="qnn")) == "compiled"
+
+
+def test_dynamic_model_uses_a_precompiled_specialization_next_to_it(tmp_path, _cache):
+    """``aipc compile dyn.onnx --shape X=2,3,8,8 -o dyn_ctx_b2.onnx`` next to the model: a run with
+    that feed shape loads it; other shapes are compiled as before."""
+    from onnxwrapper.backends._qnn_artifacts import register_artifact_resolver
+
+    model = _write(tmp_path, "dyn.onnx", models.smallconv(batch="N"))
+    compile_model(model, tmp_path / "dyn_ctx_b2.onnx", input_shapes={"X": (2, 3, 8, 8)})
+    session = onnxwrapper.InferenceSession(model, backend="qnn")
+    reference = onnxruntime.InferenceSession(model)
+    for batch in (2, 1):
+        x = np.random.default_rng(batch).random((batch, 3, 8, 8), np.float32)
+        np.testing.assert_allclose(session.run(None, {"X": x})[0], reference.run(None, {"X": x})[0], atol=1e-2)
+        if batch == 2:
+            assert session.get_partition().source == "artifact"
+    artifacts = session._ow_backend_session.artifacts
+    assert [(a.origin, dict(a.shapes)) for a in artifacts] == [("precompiled", {"X": (2, 3, 8, 8)}),
+                                                               ("compiled", {"X": (1, 3, 8, 8)})]
+    assert artifacts[0].ctx_path == str(tmp_path / "dyn_ctx_b2.onnx")
+    # the extension point: a resolver for specializations gets the feed shapes
+    seen = []
+    undo = register_artifact_resolver(lambda source, settings, shapes: seen.append(dict(shapes)), for_shapes=True,
+                                      index=0)
+    try:
+        onnxwrapper.InferenceSession(model, backend="qnn").run(None, {"X": np.ones((2, 3, 8, 8), np.float32)})
+    finally:
+        undo()
+    assert seen == [{"X": (2, 3, 8, 8)}]
+
+
+def test_compile_model_writes_dlcs(tmp_path):
+    from onnxwrapper.backends._qnn_settings import resolve_settings
+
+    model = _write(tmp_path, "conv.onnx", models.smallconv(batch=1))
+    dlc_dir = tmp_path / "out" / "conv_dlc"
+    result = compile_model(model, tmp_path / "out" / "conv_ctx.onnx", dlc_dir=dlc_dir)
+    assert result.dlc_paths and all(p.endswith(".dlc") and os.path.getsize(p) > 1000 for p in result.dlc_paths)
+    assert sorted(os.listdir(dlc_dir)) == sorted(os.path.basename(p) for p in result.dlc_paths)
+    assert sorted(os.listdir(tmp_path / "out")) == ["conv_ctx.onnx", "conv_ctx_qnn.bin", "conv_dlc"]
+    with pytest.raises(ArtifactError, match="exists already"):
+        compile_model(model, tmp_path / "other_ctx.onnx", dlc_dir=dlc_dir)
+    again = compile_model(model, tmp_path / "other_ctx.onnx", dlc_dir=dlc_dir, overwrite=True)
+    assert sorted(os.listdir(dlc_dir)) == sorted(os.path.basename(p) for p in again.dlc_paths)
+    with pytest.raises(BackendOptionError, match="dlc_dir"):  # the raw DLC keys stay refused as EP options
+        resolve_settings(onnxwrapper.backends.qnn.QnnBackend.validate_options(
+            {"provider_options": {"dump_qnn_ir_dlc": "1"}}), {}, real_npu=False)

@@ -30,7 +30,7 @@ def test_backend_declaration():
     assert QnnBackend.execution_providers == ("QNNExecutionProvider",)
     assert QnnBackend.npu and QnnBackend.process_global_config
     for key in ("target", "soc_model", "htp_arch", "precision", "htp_performance_mode", "strict", "profiling",
-                "cache_dir", "max_specializations", "provider_options"):
+                "cache_dir", "max_specializations", "provider_options", "patches", "graph", "onnx"):
         assert QnnBackend.options[key].doc
 
 

@@ -1,0 +1,286 @@
+"""Partition prediction for ``aipc inspect``: which QNN EP / CPU EP each model node lands on, and why.
+
+Two sources, named in :attr:`PartitionPrediction.source`:
+
+* ``"session"`` — the truth: :func:`probe_partition` creates a QNN session (through
+  ``onnxwrapper.InferenceSession`` with ``backend="qnn"``, backend option ``patches=False`` unless
+  asked otherwise, an empty temporary compile cache) in a **child process** (the QNN configuration
+  is process-global, and the child's stderr carries ORT's verbose per-node validation log);
+  :func:`map_session` maps its :meth:`get_partition` back to the model's nodes. Reasons for CPU
+  nodes are the QNN EP's own ``REASON :`` lines (``Validation FAILED …``).
+* ``"rules"`` — when the QNN backend cannot run here: :func:`predict_partition_rules`, a static
+  prediction from the op types the QNN EP has builders for (onnxruntime
+  ``core/providers/qnn/builder/op_builder_factory.cc``) plus the rejections measured with
+  onnxruntime-qnn 2.7.0 (see :func:`rule_reason`). It can be wrong where the EP checks
+  attributes, types or shapes; the session probe is authoritative.
+
+Run as ``python -m onnxwrapper._inspect_partition OPTIONS_JSON`` it is the probe's child (model
+bytes on stdin, one result line on stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import onnx
+from onnx import helper
+
+from onnxwrapper.patches import PatchMatch
+
+__all__ = ["NodePrediction", "PartitionPrediction", "predict_partition_rules", "probe_partition", "map_session",
+           "qnn_runs_here", "rule_reason", "QNN_OP_TYPES", "QNN_EP", "CPU_EP", "OPTIMIZED"]
+
+QNN_EP = "QNNExecutionProvider"
+CPU_EP = "CPUExecutionProvider"
+OPTIMIZED = "optimized"
+
+#: op types with a QNN EP op builder (ORT's op_builder_factory.cc, stored version of ORT main).
+QNN_OP_TYPES = frozenset("""
+Abs Add And ArgMax ArgMin Asin Atan AveragePool BatchNormalization Cast Ceil Clip Concat Conv ConvTranspose Cos
+CumSum DepthToSpace DequantizeLinear Div Einsum Elu Equal Exp Expand Flatten Floor Gather GatherElements GatherND
+Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GridSample HardSigmoid HardSwish
+InstanceNormalization LRN LSTM LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax LpNormalization
+MatMul Max MaxPool Mean Min Mod Mul Neg Not Or PRelu Pad Pow QuantizeLinear RMSNormalization RandomUniformLike
+Reciprocal ReduceL2 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Resize Round STFT
+ScatterElements ScatterND Sigmoid Sign Sin Slice Softmax SpaceToDepth Split Sqrt Squeeze Sub Sum Tanh
+ThresholdedRelu Tile TopK Transpose Unsqueeze Upsample Where
+""".split())
+
+
+# -- data ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NodePrediction:
+    """Where one node of the model runs.
+
+    Attributes:
+        index / name / op_type / domain: the node (unnamed nodes get ``<op_type>_<index>``).
+        ep: ``"QNNExecutionProvider"``, ``"CPUExecutionProvider"`` or ``"optimized"`` (fused into a
+            neighbour, folded or eliminated by ORT's graph optimizations before partitioning, e.g. a
+            bias ``Add`` fused into its ``Conv``; it runs as part of that node).
+        reason: why it is not on QNN (``None`` when it is).
+        patch: registry name of a patch that can rewrite it, or ``None``.
+    """
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    ep: str
+    reason: str | None = None
+    patch: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "name": self.name, "op_type": self.op_type, "domain": self.domain,
+                "ep": self.ep, "reason": self.reason, "patch": self.patch}
+
+
+@dataclass
+class PartitionPrediction:
+    """The partition the backend would make. ``source``: ``"session"`` or ``"rules"`` (see module doc).
+
+    Attributes:
+        backend / options: what was asked. nodes: one per model node, in graph order.
+        counts: nodes per EP. num_partitions: ORT subgraphs (session source only, else ``None``).
+        after_patches: counts per EP of the QNN backend's session with its automatic patches
+            (``None`` if not probed). applied_patches: the patches that session applied
+            (``PatchRecord.to_dict()`` dicts; ``None`` if not probed).
+        note: extra facts (e.g. "dynamic input shapes: …").
+    """
+
+    backend: str
+    options: dict
+    source: str
+    nodes: list[NodePrediction]
+    num_partitions: int | None = None
+    after_patches: dict | None = None
+    note: str = ""
+    applied_patches: list | None = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        order = {QNN_EP: 0, CPU_EP: 1}
+        return dict(sorted(Counter(n.ep for n in self.nodes).items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "options": self.options, "source": self.source, "counts": self.counts,
+                "num_partitions": self.num_partitions, "after_patches": self.after_patches,
+                "applied_patches": self.applied_patches, "note": self.note,
+                "nodes": [n.to_dict() for n in self.nodes]}
+
+
+# -- rules -----------------------------------------------------------------------------------------
+def _einsum_native(equation: str) -> bool:
+    """The four equation shapes the QNN EP maps to MatMul (its einsum_op_builder.cc)."""
+    eq = equation.replace(" ", "")
+    if "->" not in eq or eq.count(",") != 1:
+        return False
+    lhs, out = eq.split("->")
+    a, b = lhs.split(",")
+    if min(len(a), len(b), len(out)) < 2 or not (a + b + out).isalpha() or not (a + b + out).islower():
+        return False
+    if len(a) == len(b) == len(out) and a[:-2] == b[:-2] == out[:-2]:
+        m, k, k2, n = a[-2], a[-1], b[-2], b[-1]
+        if out[-2] == m and ((k2 == k and out[-1] == n) or (n == k and out[-1] == k2)):
+            return True  # MatMul / MatMul with transposed second input
+    if len(a) == len(b) == len(out) == 4 and a[0] == b[0] == out[0]:
+        if a[3] == out[3] and a[1] == b[3] and b[1] == out[1]:
+            return True  # transpose-all
+    return (len(a), len(b), len(out)) == (4, 3, 4) and a[2] == out[2] and a[3] == b[2] and b[1] == out[3] \
+        and a[0] == out[0] and a[1] == out[1] == b[0]
+
+
+def rule_reason(node: onnx.NodeProto, model: onnx.ModelProto, dynamic: bool) -> str | None:
+    """Static reason why the QNN EP would not take ``node`` (``None``: predicted on QNN)."""
+    if dynamic:
+        return "dynamic input shapes: the QNN EP takes no node of such a graph (fix shapes with --shape/--dim)"
+    if node.domain not in ("", "ai.onnx"):
+        return f"custom domain '{node.domain}' has no QNN EP implementation"
+    if node.op_type not in QNN_OP_TYPES:
+        return f"Operators of type `{node.op_type}` are not supported by QNN EP."
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if node.op_type == "Mod" and int(attrs.get("fmod", 0)) == 1:
+        return "QNN Mod Op only support fmod == 0 for now."
+    if node.op_type in ("MaxPool", "AveragePool") and len(attrs.get("kernel_shape", [])) == 3:
+        return "the QNN EP supports 1-D and 2-D pooling only (3-D kernel)"
+    if node.op_type == "Einsum":
+        eq = attrs.get("equation", b"")
+        eq = eq.decode() if isinstance(eq, bytes) else str(eq)
+        if len(node.input) != 2 or not _einsum_native(eq):
+            return f"Einsum unsupported equation: {eq}"
+    return None
+
+
+def predict_partition_rules(model: onnx.ModelProto, *, backend: str = "qnn", options: Mapping | None = None,
+                            patches: Sequence[PatchMatch] = ()) -> PartitionPrediction:
+    """Static partition prediction (see module doc); ``model`` must have named nodes."""
+    from onnxwrapper._shapes import is_static
+
+    dynamic = not is_static(model)
+    by_index = {m.node_index: m.patch for m in patches if m.applicable}
+    nodes = []
+    for i, node in enumerate(model.graph.node):
+        reason = rule_reason(node, model, dynamic)
+        nodes.append(NodePrediction(i, node.name, node.op_type, node.domain, CPU_EP if reason else QNN_EP, reason,
+                                    by_index.get(i) if reason else None))
+    note = "dynamic input shapes" if dynamic else ""
+    return PartitionPrediction(backend, dict(options or {}), "rules", nodes, note=note)
+
+
+# -- session probe ---------------------------------------------------------------------------------
+_VALIDATION = re.compile(r"Validation FAILED for \d+ nodes in OrtNodeUnit \(.*?\) :\s*\n\s*Operator type: (\S+) "
+                         r"Node name: (.*?) Node index: \d+\s*\n\s*REASON : (.*)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_TOKEN = re.compile(r"(_token_\d+)+$")
+_MARK = "ONNXWRAPPER_PROBE_RESULT "
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    """Child side of :func:`probe_partition`: model bytes on stdin, options JSON in ``argv[0]``."""
+    import tempfile
+
+    import onnxruntime
+
+    import onnxwrapper
+    from onnxwrapper.errors import PartitionError
+
+    opts = json.loads(argv[0])
+    data = sys.stdin.buffer.read()
+    so = onnxruntime.SessionOptions()
+    so.log_severity_level = 0
+    with tempfile.TemporaryDirectory(prefix="onnxwrapper-inspect-") as cache:
+        opts.setdefault("cache_dir", cache)
+        opts.setdefault("patches", False)  # the model as it is, unless the parent asks for the patched session
+        opts["strict"] = False  # report CPU nodes instead of refusing them
+        try:
+            session = onnxwrapper.InferenceSession(data, so, backend="qnn", backend_options=opts)
+            report = session.get_partition()
+            result = {"partition": report.to_dict() if report is not None else None}
+            del session
+        except PartitionError as exc:
+            result = {"partition": None, "cpu_nodes": list(exc.cpu_nodes), "error": str(exc)}
+    sys.stdout.write(_MARK + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def probe_partition(model: onnx.ModelProto, backend_options: Mapping[str, Any] | None = None, *,
+                    timeout: float = 1800) -> tuple[dict | None, dict[str, str], str]:
+    """Create a QNN session for ``model`` in a child process and return what it reports.
+
+    Args:
+        model: a model with named nodes (see :func:`onnxwrapper.patches.name_unnamed_nodes`).
+        backend_options: ``backend_options`` of ``backend="qnn"`` (``target``, ``precision`` …).
+        timeout: seconds before the child is killed.
+
+    Returns:
+        ``(partition dict or None, {node name: QNN EP reason}, error text)``; the partition is
+        :meth:`onnxwrapper._partition.PartitionReport.to_dict` output, or ``None`` with the
+        error (e.g. the QNN EP took no node: then every node is on CPU).
+
+    Raises:
+        RuntimeError: the child failed (its stderr tail is in the message).
+    """
+    cmd = [sys.executable, "-m", "onnxwrapper._inspect_partition", json.dumps(dict(backend_options or {}))]
+    proc = subprocess.run(cmd, input=model.SerializeToString(), capture_output=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    out = proc.stdout.decode(errors="replace")
+    err = _ANSI.sub("", proc.stderr.decode(errors="replace"))
+    line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(_MARK)), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"the QNN partition probe failed (exit {proc.returncode}): {err.strip()[-2000:]}")
+    result = json.loads(line[len(_MARK):])
+    reasons = {m.group(2): m.group(3).strip() for m in _VALIDATION.finditer(err)}
+    return result.get("partition"), reasons, result.get("error", "")
+
+
+def map_session(model: onnx.ModelProto, partition: dict | None, reasons: Mapping[str, str], error: str,
+                 matches: Sequence[PatchMatch], options: Mapping) -> PartitionPrediction:
+    """Session partition (ORT node names) → one prediction per model node."""
+    by_index = {m.node_index: m.patch for m in matches if m.applicable}
+    assigned: dict[str, str] = {}
+    num = None
+    if partition is not None:
+        num = int(partition.get("num_partitions") or 0)
+        for n in partition["nodes"]:
+            name = n["name"]
+            while name and name not in assigned and _TOKEN.search(name):
+                name = _TOKEN.sub("", name)
+            assigned.setdefault(name, n["ep"])
+            if n["ep"] == QNN_EP:
+                assigned[name] = QNN_EP  # a node split by the layout transform counts as QNN if any part is
+    nodes = []
+    for i, node in enumerate(model.graph.node):
+        if partition is None:
+            ep = CPU_EP
+        else:
+            ep = assigned.get(node.name, OPTIMIZED)
+        reason = None
+        if ep == CPU_EP:
+            reason = reasons.get(node.name) or rule_reason(node, model, False) or error.split(". ")[0] or \
+                "not claimed by the QNN EP (see ORT's verbose log)"
+        elif ep == OPTIMIZED:
+            reason = "fused, folded or eliminated by ORT's graph optimizations before partitioning"
+        nodes.append(NodePrediction(i, node.name, node.op_type, node.domain, ep, reason,
+                                    by_index.get(i) if ep == CPU_EP else None))
+    return PartitionPrediction("qnn", dict(options), "session", nodes, num)
+
+
+def qnn_runs_here() -> bool:
+    """True when the ``qnn`` backend is available in this environment (then the probe can run)."""
+    try:
+        from onnxwrapper._registry import default_registry
+
+        return bool(default_registry().probe("qnn").available)
+    except Exception:  # noqa: BLE001 - any failure means "cannot probe"; rules are used instead
+        return False
+
+
+if __name__ == "__main__":  # the child process of probe_partition
+    raise SystemExit(_child_main(sys.argv[1:]))
