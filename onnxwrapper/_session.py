@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 import onnxruntime
@@ -31,6 +32,13 @@ _ORT = onnxruntime.InferenceSession
 #: observers called after every run-method call of every session (see add_run_observer)
 _RUN_OBSERVERS: list[Callable] = []
 _observers_lock = threading.Lock()
+#: live sessions whose ``run`` may be bound straight to the backend's (no observer → no wrapper)
+_FAST_PATH_SESSIONS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _set_fast_paths(enabled: bool) -> None:
+    for session in list(_FAST_PATH_SESSIONS):
+        session._ow_set_fast_path(enabled)
 
 
 def add_run_observer(observer: Callable) -> Callable[[], None]:
@@ -47,11 +55,14 @@ def add_run_observer(observer: Callable) -> Callable[[], None]:
     """
     with _observers_lock:
         _RUN_OBSERVERS.append(observer)
+        _set_fast_paths(False)
 
     def undo() -> None:
         with _observers_lock:
             if observer in _RUN_OBSERVERS:
                 _RUN_OBSERVERS.remove(observer)
+                if not _RUN_OBSERVERS:
+                    _set_fast_paths(True)
 
     return undo
 
@@ -110,6 +121,10 @@ class InferenceSession(_ORT):
         self._ow_foreign = isinstance(backend_session, ForeignBackendSession)
         backend_session.attach(self)
         self._ow_bind_run_methods(backend_session)
+        if type(self).run is InferenceSession.run:  # a subclass overriding run() keeps its own
+            with _observers_lock:
+                _FAST_PATH_SESSIONS.add(self)
+                self._ow_set_fast_path(not _RUN_OBSERVERS)
         _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
 
     # -- dispatch --------------------------------------------------------------------------------
@@ -130,6 +145,14 @@ class InferenceSession(_ORT):
         arrays = validate_feed(self._inputs_meta, input_feed, output_names, self._outputs_meta)
         names = check_output_names(output_names, self._outputs_meta)
         return self._ow_backend_session.run(self, names, arrays, run_options)
+
+    def _ow_set_fast_path(self, enabled: bool) -> None:
+        # With no run observer, ``session.run`` is the backend's run itself (an instance
+        # attribute shadowing the class method): zero added cost per call on the cpu backend.
+        if enabled:
+            self.__dict__["run"] = self._ow_run
+        else:
+            self.__dict__.pop("run", None)
 
     def _ow_unsupported(self, method: str):
         def raise_unsupported(*args, **kwargs):

@@ -175,7 +175,12 @@ def test_foreign_session_serves_run_and_metadata(fakes):
 
 def test_run_observer_sees_every_call(mul_1_path):
     seen = []
+    early = onnxwrapper.InferenceSession(str(mul_1_path))  # created before the observer: fast path
+    assert "run" in vars(early)
     undo = onnxwrapper.add_run_observer(lambda **rec: seen.append(rec))
+    assert "run" not in vars(early)
+    early.run(None, {"X": X})
+    assert seen.pop()["session"] is early
     try:
         sess = onnxwrapper.InferenceSession(str(mul_1_path))
         sess.run(None, {"X": X})
@@ -183,6 +188,8 @@ def test_run_observer_sees_every_call(mul_1_path):
     finally:
         undo()
     sess.run(None, {"X": X})
+    early.run(None, {"X": X})
+    assert "run" in vars(early) and "run" in vars(sess)
     assert [r["method"] for r in seen] == ["run", "run_with_ort_values"]
     assert seen[0]["session"] is sess and seen[0]["seconds"] >= 0
     np.testing.assert_array_equal(seen[0]["outputs"][0], X * X)
