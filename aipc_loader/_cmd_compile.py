@@ -257,6 +257,7 @@ class _UsageProblem(Exception):
 
 
 def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, paths: dict, stages: _Stages) -> dict:
+    import onnx
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
     from onnxwrapper._inspect import make_static, rule_reason
@@ -300,12 +301,26 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
                 patched, records = apply_patches(static, only_for=usable)
     qdq_path = None
     result = None
+    # Calibration captured at other shapes than the compile's (e.g. --shape for the NPU pipeline's
+    # shapes): quantization ranges do not depend on shapes, so the dynamic model is quantized and
+    # the QDQ model's shapes are fixed afterwards.
+    shape_free_calibration = bool(calib and (shapes or dims) and _shapes_differ(calib.shapes, static))
+    if shape_free_calibration:
+        if records:
+            raise _UsageProblem("operator patches were needed and the --calibration shapes differ from the "
+                                "compile shapes: capture the calibration data at the compile shapes")
+        summary["notes"].append(f"calibration shapes {dict(calib.shapes)} differ from the compile shapes: the "
+                                f"dynamic model was quantized, then its shapes were fixed")
     for attempt in range(2):
         if quantized:
             with stages.step("quantize"), _quiet_root_logger(args.verbose):
-                q = quantize_qdq(patched, paths["qdq"], calib, precision=args.precision,
+                source = proto if shape_free_calibration else patched
+                q = quantize_qdq(source, paths["qdq"], calib, precision=args.precision,
                                  per_channel=not args.per_tensor)
                 qdq_path = q.path
+                if shape_free_calibration:
+                    dynamic_qdq = onnx.load(qdq_path)
+                    onnx.save(make_static(dynamic_qdq, shapes, dims), qdq_path)
                 summary["quantization"] = {"path": q.path, "activation_type": q.activation_type,
                                            "weight_type": q.weight_type, "samples": q.samples,
                                            "preprocessed": q.preprocessed, "qdq_nodes": q.qdq_nodes,
@@ -338,16 +353,30 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
             summary["notes"].append("no --calibration: the check/profile used one random uniform [0,1) input")
     if not args.no_check:
         with stages.step("check"):
-            if feeds:
+            if feeds and shape_free_calibration:
+                # the compiled context binary has other shapes than the samples: the QNN leg runs the
+                # dynamic QDQ model, specialized by the qnn backend for the samples' shapes
+                report = three_way_check(proto, dynamic_qdq, feeds, qnn_model=dynamic_qdq, backend_options=options)
+                summary["accuracy"] = report.to_dict()
+                summary["accuracy_text"] = report.format_text()
+                summary["notes"].append("accuracy check at the calibration shapes (QNN leg compiled for them)")
+            elif feeds:
                 report = three_way_check(static, qdq_path, feeds, qnn_model=result.ctx_path, backend_options=options)
                 summary["accuracy"] = report.to_dict()
                 summary["accuracy_text"] = report.format_text()
             else:
                 summary["notes"].append("accuracy check skipped: no calibration data and non-float inputs")
-    if args.profile and feeds:
+    profile_feeds = _random_feeds(static, 1) if shape_free_calibration else feeds
+    if args.profile and profile_feeds:
         with stages.step("profile"):
-            summary["profile"] = _profile(result.ctx_path, feeds[:3], options, paths, patched)
+            summary["profile"] = _profile(result.ctx_path, profile_feeds[:3], options, paths, patched)
     return summary
+
+
+def _shapes_differ(calibration_shapes: dict, static) -> bool:
+    """True when a captured input shape differs from the static model's input shape."""
+    declared = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in static.graph.input}
+    return any(name in declared and list(shape) != declared[name] for name, shape in calibration_shapes.items())
 
 
 def _profile(ctx_path: str, feeds: list, options: dict, paths: dict, model) -> dict:

@@ -66,6 +66,11 @@ class ArtifactInfo:
 def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_key: str, stacklevel: int = 2) -> None:
     """Raise under ``strict`` if any node is off QNN; otherwise warn once per ``warn_key``.
 
+    Not warned (logged at INFO only): a QDQ model whose only CPU nodes are the graph-IO
+    QuantizeLinear/DequantizeLinear that the QNN EP leaves on CPU by its default
+    ``offload_graph_io_quantization=1`` (set it to ``"0"`` through ``provider_options`` to run them on
+    the NPU too).
+
     The warning is a :class:`~onnxwrapper._partition.PartialOffloadWarning` attributed
     ``stacklevel`` frames up (point it at the user's call); the same text is logged at INFO on
     logger ``onnxwrapper.qnn``.
@@ -81,14 +86,21 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
         raise PartitionError(f"strict=True but {len(off)} node(s) of {label} would run outside the QNN EP: {listed}. "
                              f"Partition: {report.summary()}. Replace or remove these ops, or drop strict.",
                              backend="qnn", cpu_nodes=report.cpu_nodes)
+    message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
+               f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
+    _log.info("onnxwrapper qnn: %s", message)
+    if all(n.op_type in _IO_QDQ_OPS for n in off):
+        # QDQ models: the graph-input Quantize / graph-output Dequantize stay on CPU by the QNN EP's
+        # default offload_graph_io_quantization=1 — expected, reported in the partition, no warning.
+        return
     with _warned_lock:
         if warn_key in _warned:
             return
         _warned.add(warn_key)
-    message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
-               f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
-    _log.info("onnxwrapper qnn: %s", message)
     warnings.warn(message, PartialOffloadWarning, stacklevel=stacklevel + 1)
+
+
+_IO_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 class QnnStaticSession(OrtBackendSession):

@@ -217,6 +217,27 @@ def test_compiled_artifact_next_to_model_is_used_by_python_m_aipc(workdir):
 
 @pytest.mark.qnn
 @skip_without_qnn
+def test_compile_for_other_shapes_than_the_calibration(workdir):
+    """Calibration captured at 8×8 quantizes a dynamic model compiled for --shape 16×16 (the NPU
+    pipeline may feed other shapes than the CPU capture): quantize dynamic, then fix shapes."""
+    dyn = workdir / "dyn.onnx"
+    dyn.write_bytes(models.smallconv(batch="N", hw=("H", "W")))
+    cap = workdir / "cap"
+    assert aipc("capture", "-o", cap, workdir / "script.py", dyn, 3, 4).returncode == 0
+    out = workdir / "out"
+    proc = aipc("compile", dyn, "-o", out, "--precision", "w8a16", "--calibration", cap, "--shape", "X=1,3,16,16",
+                "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert any("differ from the compile shapes" in n for n in summary["notes"])
+    (row,) = summary["accuracy"]["outputs"]
+    assert summary["accuracy"]["qnn_error"] == "" and row["total"]["cosine"] > 0.99
+    ctx = onnx.load(str(out / "dyn_ctx.onnx"), load_external_data=False)
+    assert [d.dim_value for d in ctx.graph.input[0].type.tensor_type.shape.dim] == [1, 3, 16, 16]
+
+
+@pytest.mark.qnn
+@skip_without_qnn
 def test_compile_applies_patches(tmp_path):
     from tests.test_patches_registry import three_patch_model
 

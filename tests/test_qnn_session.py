@@ -222,3 +222,28 @@ def test_light_squeezenet_as_a_new_user(tmp_path):
     x = np.random.default_rng(0).random((1, 3, 224, 224), np.float32)
     ref = onnxruntime.InferenceSession(light).run(None, {name: x})[0]
     np.testing.assert_allclose(s.run(None, {name: x})[0], ref, atol=1e-3)
+
+
+def test_expected_qdq_io_offload_is_reported_but_not_warned():
+    """QDQ models keep graph-IO Quantize/Dequantize on CPU by the QNN EP's default
+    (offload_graph_io_quantization=1): reported, not warned; strict still refuses it."""
+    import warnings
+
+    from onnxwrapper._partition import NodeAssignment, known_reason
+    from onnxwrapper.backends._qnn_session import check_partition
+    from onnxwrapper.errors import PartitionError
+
+    q = NodeAssignment("x_QuantizeLinear", "QuantizeLinear", "", "CPUExecutionProvider", 0,
+                       known_reason("QuantizeLinear", "", "QNNExecutionProvider"))
+    body = NodeAssignment("ctx", "EPContext", "com.microsoft", "QNNExecutionProvider", 1)
+    report = PartitionReport("QNNExecutionProvider", (q, body), ("CPUExecutionProvider", "QNNExecutionProvider"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PartialOffloadWarning)
+        check_partition(report, strict=False, label="'qdq.onnx'", warn_key="qdq-test")
+    with pytest.raises(PartitionError, match="x_QuantizeLinear"):
+        check_partition(report, strict=True, label="'qdq.onnx'", warn_key="qdq-test")
+    det = NodeAssignment("det", "Det", "", "CPUExecutionProvider", 2, "not claimed")
+    mixed = PartitionReport("QNNExecutionProvider", (q, body, det), ("CPUExecutionProvider", "QNNExecutionProvider",
+                                                                      "CPUExecutionProvider"))
+    with pytest.warns(PartialOffloadWarning, match="Det"):
+        check_partition(mixed, strict=False, label="'mixed.onnx'", warn_key="mixed-test")

@@ -10,9 +10,13 @@ It uses the three ONNX models that ship inside the ``rapidocr`` wheel (text dete
 classifier, recognizer) by explicit path, so nothing is ever downloaded, and prints only the
 recognised text, so the output can be compared across runs. See README.md.
 
-Usage: ``python examples/ocr/ocr.py [IMAGE]`` (default: ``text.png`` next to this file).
+Usage: ``python examples/ocr/ocr.py [--models DIR] [IMAGE]`` (default image: ``text.png`` next to
+this file; default models: the ones inside the rapidocr package). ``--models DIR`` reads the three
+models from a folder of your own, e.g. a copy next to which ``aipc compile`` put precompiled
+``<stem>_ctx.onnx`` artifacts.
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -24,23 +28,26 @@ DET, CLS, REC = "PP-OCRv6_det_small.onnx", "ch_ppocr_mobile_v2.0_cls_mobile.onnx
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    image = Path(argv[0]) if argv else Path(__file__).with_name("text.png")
-    missing = [name for name in (DET, CLS, REC) if not (MODELS / name).is_file()]
+    parser = argparse.ArgumentParser(description="Print the text lines RapidOCR reads in an image.")
+    parser.add_argument("image", nargs="?", type=Path, default=Path(__file__).with_name("text.png"))
+    parser.add_argument("--models", type=Path, default=MODELS, help="folder holding the three ONNX models")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    image, models = args.image, args.models
+    missing = [name for name in (DET, CLS, REC) if not (models / name).is_file()]
     if missing:
-        print(f"this example needs the models that rapidocr 3.10 ships ({', '.join(missing)} not in {MODELS}); "
+        print(f"this example needs the models that rapidocr 3.10 ships ({', '.join(missing)} not in {models}); "
               f"pip install 'rapidocr==3.10.0'", file=sys.stderr)
         return 1
     engine = RapidOCR(params={
         "Global.log_level": "error",
         "Det.engine_type": EngineType.ONNXRUNTIME,
-        "Det.model_path": str(MODELS / DET),
+        "Det.model_path": str(models / DET),
         "Det.limit_type": "max",          # detect at the image's own size (at most 640 px) instead
         "Det.limit_side_len": 640,        # of upscaling its short side to 736 px
         "Cls.engine_type": EngineType.ONNXRUNTIME,
-        "Cls.model_path": str(MODELS / CLS),
+        "Cls.model_path": str(models / CLS),
         "Rec.engine_type": EngineType.ONNXRUNTIME,
-        "Rec.model_path": str(MODELS / REC),
+        "Rec.model_path": str(models / REC),
     })
     result = engine(str(image))
     for text in result.txts or ():
