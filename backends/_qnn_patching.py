@@ -24,11 +24,11 @@ also hit the unpatched model (EP creation, configuration conflicts) propagate.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from typing import Any, Callable, Sequence
 
 from onnxwrapper._partition import PartitionReport
+from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError, PartitionError
 
 __all__ = ["convert_patches", "disabled_patches", "compile_with_patches", "FailureMemo"]
@@ -69,8 +69,7 @@ def convert_patches(value: Any) -> bool | tuple[str, ...]:
                 raise TypeError(f"patch names must be strings, got {type(item).__name__}")
             name = item.strip().lower()
             if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
+                hint = did_you_mean(name, known)
                 raise ValueError(f"unknown patch '{item}'.{hint} Registered patches: {', '.join(known)}")
             disabled.add(name)
         return tuple(sorted(disabled))

@@ -24,11 +24,11 @@ Sources of the numbers:
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendOptionError
 
 __all__ = ["SocTarget", "TARGETS", "HTP_ARCHS", "PERFORMANCE_MODES", "CONTEXT_PRIORITIES", "PROFILING_LEVELS",
@@ -101,8 +101,7 @@ def convert_target(value: Any) -> str:
         raise TypeError(f"expected a target name (str), got {type(value).__name__}")
     target = find_target(value)
     if target is None:
-        close = difflib.get_close_matches(value.lower(), list(TARGETS), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(value.lower(), TARGETS)
         raise ValueError(f"unknown target.{hint} Known targets: {', '.join(TARGETS)} (or give soc_model/htp_arch).")
     return target.name
 
@@ -153,8 +152,7 @@ def convert_choice(*choices: str):
             raise TypeError(f"expected one of {', '.join(choices)}, got {type(value).__name__}")
         text = value.strip().lower()
         if text not in choices:
-            close = difflib.get_close_matches(text, choices, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(text, choices)
             raise ValueError(f"expected one of: {', '.join(choices)}.{hint}")
         return text
     return convert
@@ -264,8 +262,7 @@ def validate_ep_options(options: Mapping[str, Any], *, real_npu: bool, backend: 
                                      f"{_REJECTED[key]}.", backend=backend)
         check = _VALIDATORS.get(key)
         if check is None:
-            close = difflib.get_close_matches(key, list(_VALIDATORS), n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(key, _VALIDATORS)
             raise BackendOptionError(
                 f"Unknown or unsupported QNN EP option '{key}'.{hint} The QNN EP ignores unknown keys silently, "
                 f"so onnxwrapper rejects them. Supported: {', '.join(sorted(_VALIDATORS))}.", backend=backend)

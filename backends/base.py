@@ -29,6 +29,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
 
 __all__ = [
+    "did_you_mean",
     "Availability",
     "OptionSpec",
     "SessionRequest",
@@ -37,6 +38,15 @@ __all__ = [
     "OrtBackendSession",
     "ForeignBackendSession",
 ]
+
+
+def did_you_mean(word: str, choices) -> str:
+    """``" Did you mean 'x'?"`` for the closest of ``choices`` to ``word`` (difflib), else ``""``.
+
+    Used in every "unknown name" message (options, targets, EP options, patch names).
+    """
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f" Did you mean '{close[0]}'?" if close else ""
 
 
 @dataclass(frozen=True)
@@ -311,8 +321,7 @@ class Backend(abc.ABC):
             spec = cls.options.get(key)
             if spec is None:
                 known = sorted(cls.options)
-                close = difflib.get_close_matches(str(key), known, n=1)
-                hint = f" Did you mean '{close[0]}'?" if close else ""
+                hint = did_you_mean(key, known)
                 raise BackendOptionError(
                     f"Unknown option '{key}' for backend '{cls.name}'.{hint} "
                     f"Valid options: {', '.join(known) if known else '(none)'}.", backend=cls.name)

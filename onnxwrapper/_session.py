@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable
+from typing import Callable
 
 import onnxruntime
 
