@@ -35,8 +35,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("aipc_loader._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
     "diff": ("aipc_loader._cmd_diff", "run a script on two backends and compare every session's outputs"),
     "inspect": ("aipc_loader._cmd_inspect", "show backends, a model's operators and its partition"),
-    "compile": ("aipc_loader._cmd_compile", "compile models ahead of time into the artifact cache"),
-    "capture": ("aipc_loader._cmd_capture", "record the inputs and outputs of a script's sessions"),
+    "compile": ("aipc_loader._cmd_compile", "compile a model into an EPContext model + QNN context binary (fp16, w8a16, w8a8)"),
+    "capture": ("aipc_loader._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
 }
 
 
