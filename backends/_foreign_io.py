@@ -48,8 +48,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-from onnxwrapper._feeds import numpy_to_ort_type, ort_type_to_numpy
-from onnxwrapper._metadata import NodeArgInfo
+from onnxwrapper.kernel._feeds import numpy_to_ort_type, ort_type_to_numpy
+from onnxwrapper.kernel._metadata import NodeArgInfo
 from onnxwrapper.backends.base import ForeignBackendSession
 from onnxwrapper.errors import ArtifactError, BackendError, BackendRunError, InternalError
 
@@ -270,7 +270,7 @@ def onnx_io(model) -> tuple[list[NodeArgInfo], list[NodeArgInfo], object, set]:
     """
     import onnx
 
-    from onnxwrapper._metadata import modelmeta_from_onnx, node_args_from_onnx
+    from onnxwrapper.kernel._metadata import modelmeta_from_onnx, node_args_from_onnx
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model)

@@ -183,7 +183,7 @@ class ForeignBackendSession(BackendSession):
 
     Subclasses implement :meth:`run` and the metadata methods. When
     :attr:`validate_feeds_in_facade` is True (the default) the façade first checks the feed with
-    :func:`onnxwrapper._feeds.validate_feed` against :meth:`get_inputs` — raising exactly what ORT
+    :func:`onnxwrapper.kernel._feeds.validate_feed` against :meth:`get_inputs` — raising exactly what ORT
     raises for missing/unknown names, dtypes, ranks and dims, casting lists as ORT does — and
     resolves ``output_names`` (``None`` → all outputs), so :meth:`run` receives clean arguments.
     """
@@ -236,7 +236,7 @@ class ForeignBackendSession(BackendSession):
 
     def get_modelmeta(self):
         """A metadata object with ORT's ``ModelMetadata`` attributes; see :class:`onnxwrapper.ModelMetadataInfo`."""
-        from onnxwrapper._metadata import ModelMetadataInfo
+        from onnxwrapper.kernel._metadata import ModelMetadataInfo
 
         return ModelMetadataInfo()
 

@@ -43,8 +43,8 @@ import threading
 import uuid
 import weakref
 
-from onnxwrapper._metadata import ModelMetadataInfo
-from onnxwrapper._model_source import ModelSource
+from onnxwrapper.kernel._metadata import ModelMetadataInfo
+from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper.backends import _foreign_io as fio
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
 from onnxwrapper.errors import ArtifactError, BackendConfigConflictError, BackendError, BackendRunError
@@ -412,9 +412,9 @@ class QaiBackend(Backend):
 
 def _graph_names(artifact: str) -> list[str] | None:
     """Graph names read from the binary itself, when the raw context-binary reader (issue 7 part 1,
-    ``onnxwrapper.backends._qnn_binary``) is installed; ``None`` otherwise."""
+    ``onnxwrapper.backends.qnn.read_binary_info``) is installed; ``None`` otherwise."""
     try:
-        reader = importlib.import_module("onnxwrapper.backends._qnn_binary")
+        reader = importlib.import_module("onnxwrapper.backends.qnn")
         return [g.name for g in reader.read_binary_info(artifact).graphs]
     except (ImportError, AttributeError, OSError, ValueError, ArtifactError):
         return None  # reader absent or cannot read this file: fall back to graph 0's name

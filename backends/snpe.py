@@ -43,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxwrapper._metadata import ModelMetadataInfo
-from onnxwrapper._model_source import ModelSource
+from onnxwrapper.kernel._metadata import ModelMetadataInfo
+from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper.backends import _foreign_io as fio
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
 from onnxwrapper.errors import ArtifactError, BackendRunError, BackendUnavailableError

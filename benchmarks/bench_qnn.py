@@ -60,7 +60,7 @@ def _create(model: str, cache: str):
 def _raw_session(model: str, ep_options: dict, configs: dict | None = None):
     import onnxruntime
 
-    from onnxwrapper.backends._qnn_runtime import ensure_registered
+    from onnxwrapper.backends.qnn._runtime import ensure_registered
 
     so = onnxruntime.SessionOptions()
     so.log_severity_level = 3

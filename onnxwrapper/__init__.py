@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import onnxruntime as _onnxruntime
 
-from onnxwrapper._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
+from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
 from onnxwrapper._registry import BackendInfo, get_available_backends
 from onnxwrapper._session import InferenceSession, add_run_observer
-from onnxwrapper._version import __version__
+from onnxwrapper.kernel._version import __version__
 from onnxwrapper.errors import (
     ArtifactError,
     BackendCapabilityError,

@@ -19,7 +19,7 @@ from typing import Callable
 
 import onnxruntime
 
-from onnxwrapper._feeds import check_output_names, validate_feed
+from onnxwrapper.kernel._feeds import check_output_names, validate_feed
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import select_backend
 from onnxwrapper.errors import BackendCapabilityError

@@ -11,8 +11,8 @@ import pytest
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
 import onnxwrapper
-from onnxwrapper._metadata import modelmeta_from_onnx, node_args_from_onnx
-from onnxwrapper._model_source import ModelSource
+from onnxwrapper.kernel._metadata import modelmeta_from_onnx, node_args_from_onnx
+from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper._registry import BackendRegistry, default_registry
 from onnxwrapper._selection import select_backend
 from onnxwrapper.backends.base import (Availability, Backend, ForeignBackendSession, OptionSpec,

@@ -1,4 +1,4 @@
-"""onnxwrapper._cache: atomic entries, integrity checks, LRU bound, one builder across processes."""
+"""onnxwrapper.kernel._cache: atomic entries, integrity checks, LRU bound, one builder across processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from onnxwrapper._cache import ENV_CACHE_DIR, ArtifactCache, default_cache_dir, make_key
+from onnxwrapper.kernel._cache import ENV_CACHE_DIR, ArtifactCache, default_cache_dir, make_key
 
 
 def _writer(payload: bytes, name: str = "artifact.bin", meta: dict | None = None):
@@ -134,7 +134,7 @@ def test_lru_eviction_keeps_recent_entries(tmp_path):
 
 _CONCURRENT = """
 import os, sys, time
-from onnxwrapper._cache import ArtifactCache
+from onnxwrapper.kernel._cache import ArtifactCache
 root, key, marker = sys.argv[1], sys.argv[2], sys.argv[3]
 def build(directory):
     with open(marker, "a") as f:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from aipc_loader import _env, cli
-from aipc_loader._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, split_argv
+from aipc import cli
+from aipc_loader import _env
+from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, split_argv
 from tests.test_loader_support import REPO, aipc, clean_env, needs_qnn, run, write, write_model
 
 SESSION_SCRIPT = """\
@@ -124,7 +125,7 @@ def test_subcommand_modules_are_imported_lazily_and_errors_are_contained(monkeyp
     fake.main = lambda args: args.n
     monkeypatch.setitem(sys.modules, "aipc_test_fake_cmd", fake)
     monkeypatch.setitem(cli.SUBCOMMANDS, "diff", ("aipc_test_fake_cmd", "fake"))
-    monkeypatch.setitem(cli.SUBCOMMANDS, "inspect", ("aipc_loader._no_such_module", "missing"))
+    monkeypatch.setitem(cli.SUBCOMMANDS, "inspect", ("aipc._no_such_module", "missing"))
     assert cli.main(["diff", "--n", "5"]) == 5
     assert cli.main(["diff"]) == EXIT_USAGE
     assert "the following arguments are required: --n" in capsys.readouterr().err

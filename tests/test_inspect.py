@@ -1,4 +1,4 @@
-"""Model inspection (onnxwrapper._inspect): facts, static shapes, rules, and — on QNN — the
+"""Model inspection (onnxwrapper.toolkit._inspect): facts, static shapes, rules, and — on QNN — the
 predicted partition equals what a QNN session reports."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from onnxwrapper._inspect import (CPU_EP, QNN_EP, inspect_model, make_static, parse_dim_arg, parse_shape_arg,
-                                  predict_partition_rules)
-from onnxwrapper._shapes import dynamic_inputs
+from onnxwrapper.toolkit._inspect import (CPU_EP, QNN_EP, inspect_model, make_static, parse_dim_arg, parse_shape_arg,
+                                          predict_partition_rules)
+from onnxwrapper.kernel._shapes import dynamic_inputs
 from tests import models
 from tests.conftest import qnn_available, run_python
 from tests.models import IR_VERSION
@@ -131,7 +131,7 @@ def test_unnamed_nodes_get_names():
 _SESSION_VS_INSPECT = r'''
 import json, sys, tempfile
 import onnxwrapper
-from onnxwrapper._inspect import inspect_model
+from onnxwrapper.toolkit._inspect import inspect_model
 path = sys.argv[1]
 result = inspect_model(path, backend="qnn")
 rules = inspect_model(path, backend="qnn", probe=False)

@@ -21,7 +21,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnxwrapper
-from onnxwrapper._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
+from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
 from onnxwrapper.errors import BackendOptionError, PartitionError
 from tests.conftest import qnn_available, run_python
 from tests.models import IR_VERSION

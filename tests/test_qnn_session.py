@@ -16,7 +16,7 @@ import onnxruntime
 import pytest
 
 import onnxwrapper
-from onnxwrapper._partition import PartialOffloadWarning, PartitionReport
+from onnxwrapper.kernel._partition import PartialOffloadWarning, PartitionReport
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
 from tests import models
 from tests.conftest import qnn_available
@@ -229,8 +229,8 @@ def test_expected_qdq_io_offload_is_reported_but_not_warned():
     (offload_graph_io_quantization=1): reported, not warned; strict still refuses it."""
     import warnings
 
-    from onnxwrapper._partition import NodeAssignment, known_reason
-    from onnxwrapper.backends._qnn_session import check_partition
+    from onnxwrapper.kernel._partition import NodeAssignment, known_reason
+    from onnxwrapper.backends.qnn._session import check_partition
     from onnxwrapper.errors import PartitionError
 
     q = NodeAssignment("x_QuantizeLinear", "QuantizeLinear", "", "CPUExecutionProvider", 0,

@@ -1,4 +1,4 @@
-"""QDQ quantization (onnxwrapper._quantize): W8A8/W8A16 through onnxruntime.quantization's QNN
+"""QDQ quantization (onnxwrapper.toolkit._quantize): W8A8/W8A16 through onnxruntime.quantization's QNN
 configuration, calibration from a capture, and the three-way accuracy check."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 import onnxwrapper
-from onnxwrapper._quantize import (CalibrationError, CalibrationSet, calibration_from_capture, quantize_qdq,
-                                   three_way_check)
+from onnxwrapper.toolkit._quantize import (CalibrationError, CalibrationSet, calibration_from_capture, quantize_qdq,
+                                           three_way_check)
 from onnxwrapper.diff import start_capture
 from tests import models
 from tests.conftest import qnn_available, run_python
@@ -89,7 +89,7 @@ def test_capture_feeds_a_quantization(tmp_path):
     assert calib.note == "matched by sha256" and calib.skipped == 2
     assert len(calib.feeds) == 4 and calib.shapes == {"X": (1, 3, 8, 8)}
     np.testing.assert_array_equal(calib.feeds[0]["X"], feeds(1, seed=1)[0]["X"])
-    from onnxwrapper._inspect import make_static
+    from onnxwrapper.toolkit._inspect import make_static
 
     static = make_static(onnx.load(dyn), shapes=calib.shapes)
     out = tmp_path / "q.onnx"
@@ -117,7 +117,7 @@ def test_calibration_matching_rules(tmp_path):
 _QNN_THREE_WAY = r'''
 import json, sys
 import numpy as np
-from onnxwrapper._quantize import quantize_qdq, three_way_check
+from onnxwrapper.toolkit._quantize import quantize_qdq, three_way_check
 from tests.test_quantize import feeds
 cnn, out = sys.argv[1], sys.argv[2]
 quantize_qdq(cnn, out, feeds(8), precision="w8a8")

@@ -93,7 +93,7 @@ def activate_from_environment(environ=None) -> bool:
 
     _patch._activate(_patch.Activation(config.backend, dict(config.backend_options)))
     if config.verbose or config.report_partition:
-        from aipc_loader._cmd_run import SessionReporter
+        from aipc_loader._report import SessionReporter
 
         SessionReporter(verbose=config.verbose, report_partition=config.report_partition,
                         prefix=f"aipc[{os.getpid()}]: ").start()

@@ -9,7 +9,7 @@ Built-in order:
    ``*_qnn.bin`` when it was generated with ``ep.context_embed_mode=0``.
 2. :func:`resolve_raw_context_binary` — raw QNN context binaries in the naming conventions of
    qai_appbuilder's wrapper (``<stem>.htp.bin``, ``<stem>.onnx.htp.bin``, …, ``<stem>_ctx_qnn.bin``,
-   ``<stem>.bin`` last), wrapped into an EPContext model by ``backends/_qnn_binary.py`` (issue 7),
+   ``<stem>.bin`` last), wrapped into an EPContext model by ``backends/qnn/_binary.py`` (issue 7),
    imported on first use.
 
 Models with dynamic input dims are compiled per feed shape; before compiling a specialization the
@@ -20,8 +20,8 @@ feed's — e.g. ``aipc compile m.onnx --shape x=1,3,640,640 -o m_ctx_640.onnx``)
 ``{dynamic input name: tuple of ints}``.
 
 Contract of a resolver: ``resolver(source, settings) -> ResolvedArtifact | None`` where
-``source`` is the :class:`~onnxwrapper._model_source.ModelSource` (``source.path`` is not
-``None``) and ``settings`` the :class:`~onnxwrapper.backends._qnn_settings.QnnSettings`. It must
+``source`` is the :class:`~onnxwrapper.kernel._model_source.ModelSource` (``source.path`` is not
+``None``) and ``settings`` the :class:`~onnxwrapper.backends.qnn._settings.QnnSettings`. It must
 be cheap when nothing is there (a few ``os.path`` checks) and must not modify the user's folder.
 The returned ``ctx_path`` is loaded by ORT with the QNN EP; the backend then checks that its
 inputs and outputs have the original model's names and element types.
@@ -76,12 +76,12 @@ def resolve_epcontext_next_to_model(source, settings) -> ResolvedArtifact | None
 
 def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
     """A raw QNN context binary next to the model, wrapped as an EPContext model (see
-    ``onnxwrapper.backends._qnn_binary.resolve_raw_context_binary``, imported here on first use).
+    ``onnxwrapper.backends.qnn._binary.resolve_raw_context_binary``, imported here on first use).
 
     Raises:
         ArtifactError: a binary was found but cannot be read or wrapped (e.g. quantized IO).
     """
-    from onnxwrapper.backends._qnn_binary import resolve_raw_context_binary as resolve
+    from onnxwrapper.backends.qnn._binary import resolve_raw_context_binary as resolve
 
     return resolve(source, settings)
 
@@ -129,7 +129,7 @@ def resolve_epcontext_specialization(source, settings, shapes) -> ResolvedArtifa
     and whose shape of every input in ``shapes`` equals it; ``None`` when there is none."""
     import glob
 
-    from onnxwrapper._shapes import shapes_note
+    from onnxwrapper.kernel._shapes import shapes_note
 
     if source.path is None:
         return None

@@ -10,7 +10,7 @@ for static models, for every shape specialization of dynamic models and by ``com
    rewrite (in memory; nothing is written next to the user's model);
 3. if anything was rewritten, the patched model is compiled under its own cache key (which
    includes the patch records) and its result is used; its
-   :class:`~onnxwrapper._partition.PartitionReport` lists the patches (``report.patches``,
+   :class:`~onnxwrapper.kernel._partition.PartitionReport` lists the patches (``report.patches``,
    ``summary()`` "patched: mod (node m)").
 
 ``strict=True`` is judged by the caller on the report this returns, i.e. after patching.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from onnxwrapper._partition import PartitionReport
+from onnxwrapper.kernel._partition import PartitionReport
 from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError, PartitionError
 
@@ -90,7 +90,7 @@ class FailureMemo:
     """Remembers patched models the QNN EP failed to compile, in the artifact cache.
 
     Args:
-        cache: :class:`onnxwrapper._cache.ArtifactCache`.
+        cache: :class:`onnxwrapper.kernel._cache.ArtifactCache`.
         key_for: ``key_for(records) -> str``, the cache key of the patched compile; the memo uses
             ``<that key material> + "failed"`` as its own key.
     """
@@ -100,7 +100,7 @@ class FailureMemo:
         self.key_for = key_for
 
     def _key(self, records: list) -> str:
-        from onnxwrapper._cache import make_key
+        from onnxwrapper.kernel._cache import make_key
 
         return make_key({"failed-patched-compile": self.key_for(records)})
 

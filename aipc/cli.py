@@ -7,7 +7,7 @@ Forms::
     aipc run [run options] script.py [args…]
     aipc diff|inspect|compile|capture [options…]
 
-A subcommand other than ``run`` lives in ``aipc_loader._cmd_<name>``, a module exposing
+A subcommand other than ``run`` lives in ``aipc._cmd_<name>``, a module exposing
 ``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when invoked, and a
 module that cannot be imported is an error of that subcommand only (exit status 69). A script
 whose name equals a subcommand runs with ``aipc run NAME`` or ``aipc ./NAME``.
@@ -26,17 +26,18 @@ import importlib.util
 import sys
 from typing import Sequence
 
-from aipc_loader import _cmd_run, _env
+from aipc import _cmd_run
+from aipc_loader import _env
 
 __all__ = ["main", "SUBCOMMANDS", "help_text"]
 
-#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc_loader._cmd_run`.
+#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc._cmd_run`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("aipc_loader._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
-    "diff": ("aipc_loader._cmd_diff", "run a script on two backends and compare every session's outputs"),
-    "inspect": ("aipc_loader._cmd_inspect", "show backends, a model's operators and its partition"),
-    "compile": ("aipc_loader._cmd_compile", "compile a model into an EPContext model + QNN context binary (fp16, w8a16, w8a8)"),
-    "capture": ("aipc_loader._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
+    "run": ("aipc._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
+    "diff": ("aipc._cmd_diff", "run a script on two backends and compare every session's outputs"),
+    "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
+    "compile": ("aipc._cmd_compile", "compile a model into an EPContext model + QNN context binary (fp16, w8a16, w8a8)"),
+    "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
 }
 
 
@@ -76,7 +77,7 @@ def help_text() -> str:
 
 def _version() -> str:
     try:
-        from onnxwrapper._version import __version__
+        from onnxwrapper.kernel._version import __version__
     except ImportError:  # pragma: no cover - broken installation
         __version__ = "unknown"
     return f"aipc (onnxwrapper) {__version__}"

@@ -32,8 +32,8 @@ import sys
 import time
 from typing import Any
 
-from aipc_loader._cmd_inspect import add_model_options, model_options
-from aipc_loader._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
+from aipc._cmd_inspect import add_model_options, model_options
+from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
 
 __all__ = ["add_arguments", "main", "read_qnn_profile"]
 
@@ -229,7 +229,7 @@ def main(args: argparse.Namespace) -> int:
     stages = _Stages(steps, enabled=not args.no_progress)
     import warnings
 
-    from onnxwrapper._partition import PartialOffloadWarning
+    from onnxwrapper.kernel._partition import PartialOffloadWarning
 
     try:
         with warnings.catch_warnings():
@@ -260,9 +260,9 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
     import onnx
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-    from onnxwrapper._inspect import make_static, rule_reason
-    from onnxwrapper._quantize import CalibrationError, calibration_from_capture, quantize_qdq, three_way_check
-    from onnxwrapper._shapes import dynamic_inputs
+    from onnxwrapper.toolkit._inspect import make_static, rule_reason
+    from onnxwrapper.toolkit._quantize import CalibrationError, calibration_from_capture, quantize_qdq, three_way_check
+    from onnxwrapper.kernel._shapes import dynamic_inputs
     from onnxwrapper.backends.qnn import compile_model
     from onnxwrapper.patches import apply_patches, find_patches, load_model_proto, name_unnamed_nodes
 

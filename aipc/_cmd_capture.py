@@ -21,7 +21,7 @@ import argparse
 import os
 import shutil
 
-from aipc_loader._cmd_run import EXIT_USAGE, say
+from aipc._cmd_run import EXIT_USAGE, say
 
 __all__ = ["add_arguments", "main", "split_trailing_options"]
 

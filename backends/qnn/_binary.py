@@ -16,10 +16,10 @@ v1–v3, graph info v1–v3, tensor v1–v2) for 64-bit hosts.
   the binary's tensor names and types.
 * :func:`wrap_raw_binary` — that wrapper, cached in the artifact cache, for one graph.
 * :func:`resolve_raw_context_binary` — resolver for the ``qnn`` backend's
-  ``register_artifact_resolver`` (see ``backends/_qnn_artifacts.py``).
+  ``register_artifact_resolver`` (see ``backends/qnn/_artifacts.py``).
 
 The ``qnn`` backend also opens a ``.bin`` given as the model path with :func:`wrap_raw_binary`
-(``backends/_qnn_open.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin`` prints
+(``backends/qnn/_open.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin`` prints
 :meth:`BinaryInfo.to_dict`.
 
 Limits: the reader needs a libQnnSystem matching the binary's QNN version (newer binaries may be
@@ -429,7 +429,7 @@ def wrap_raw_binary(binary: str, *, graph=None, onnx_model=None, cache_dir: str 
     Raises:
         ArtifactError: unreadable binary, unknown/ambiguous graph, interface mismatch.
     """
-    from onnxwrapper._cache import ArtifactCache, make_key
+    from onnxwrapper.kernel._cache import ArtifactCache, make_key
 
     info = read_binary_info(binary)
     chosen = info.graph(graph) if graph is not None or onnx_model is None else _graph_for(info, onnx_model)
@@ -450,7 +450,7 @@ def resolve_raw_context_binary(source, settings):
     ``settings.graph`` when set), or ``None`` when there is none. The user's folder is never written (the wrapper is cached in
     ``settings.cache_dir``, else the onnxwrapper cache)."""
     from onnxwrapper.backends._foreign_io import find_artifact
-    from onnxwrapper.backends._qnn_artifacts import ResolvedArtifact
+    from onnxwrapper.backends.qnn._artifacts import ResolvedArtifact
 
     if source.path is None:
         return None

@@ -2,10 +2,10 @@
 
 Order of work (each step can raise, nothing native happens before step 4):
 
-1. the model argument → :class:`~onnxwrapper._model_source.ModelSource` + ``onnx.ModelProto``
+1. the model argument → :class:`~onnxwrapper.kernel._model_source.ModelSource` + ``onnx.ModelProto``
    (ORT's exception classes and messages for bad input);
 2. raw QNN EP options from the request (the user's SessionOptions, ``providers``/``provider_options``)
-   + backend options → :class:`~onnxwrapper.backends._qnn_settings.QnnSettings`;
+   + backend options → :class:`~onnxwrapper.backends.qnn._settings.QnnSettings`;
 3. the QNN plugin is registered and the process-global configuration pinned;
 4. raw QNN context binary (``.bin`` model path): wrapped in an EPContext model and loaded;
    EPContext model given directly: loaded as it is;
@@ -13,7 +13,7 @@ Order of work (each step can raise, nothing native happens before step 4):
    dynamic model: a metadata session + per-shape specializations built on demand (a precompiled
    ``<stem>_ctx*.onnx`` for that shape first, else cached / compiled).
 
-Compiles go through :func:`onnxwrapper.backends._qnn_patching.compile_with_patches`: nodes the QNN
+Compiles go through :func:`onnxwrapper.backends.qnn._patching.compile_with_patches`: nodes the QNN
 EP leaves on CPU are patched and the model recompiled when the ``patches`` option allows it;
 ``strict`` is judged on the partition after patching.
 """
@@ -24,15 +24,15 @@ import os
 import time
 from typing import Any
 
-from onnxwrapper._partition import PartitionReport
-from onnxwrapper.backends._qnn_artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
-from onnxwrapper.backends._qnn_compile import (build_session_options, cached_compile, compile_cache_key,
+from onnxwrapper.kernel._partition import PartitionReport
+from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
+from onnxwrapper.backends.qnn._compile import (build_session_options, cached_compile, compile_cache_key,
                                                create_qnn_session)
-from onnxwrapper.backends._qnn_patching import FailureMemo, compile_with_patches
-from onnxwrapper.backends._qnn_runtime import (EP_NAME, claim_config, copy_session_options, ensure_registered,
+from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
+from onnxwrapper.backends.qnn._runtime import (EP_NAME, claim_config, copy_session_options, ensure_registered,
                                                user_qnn_ep_options)
-from onnxwrapper.backends._qnn_session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition
-from onnxwrapper.backends._qnn_settings import merge_raw_options, resolve_settings
+from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition
+from onnxwrapper.backends.qnn._settings import merge_raw_options, resolve_settings
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
 
 __all__ = ["open_session", "request_ep_options"]
@@ -84,10 +84,10 @@ def _is_raw_binary(source) -> bool:
 
 def _open_raw_binary(source, settings, devices, user_so, kwargs, configs, label: str, warn_key: str):
     """Session on one graph of a raw QNN context binary, wrapped as an EPContext model
-    (``backends/_qnn_binary.py``); names/order/dtypes/metadata from the companion ONNX model."""
-    from onnxwrapper._model_source import ModelSource
+    (``backends/qnn/_binary.py``); names/order/dtypes/metadata from the companion ONNX model."""
+    from onnxwrapper.kernel._model_source import ModelSource
     from onnxwrapper.backends._foreign_io import companion_onnx
-    from onnxwrapper.backends._qnn_binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
+    from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
 
     start = time.perf_counter()
     if not os.path.isfile(source.path):
@@ -116,7 +116,7 @@ def _refuse_graph_option(settings, why: str) -> None:
 
 def _model_meta_override(ctx_proto, original):
     """A look-alike ModelMetadata of ``original`` when the artifact's metadata differs, else ``None``."""
-    from onnxwrapper._metadata import modelmeta_from_onnx
+    from onnxwrapper.kernel._metadata import modelmeta_from_onnx
 
     wanted = modelmeta_from_onnx(original)
     got = modelmeta_from_onnx(ctx_proto)
@@ -131,9 +131,9 @@ def open_session(config: dict[str, Any], request, availability):
     """
     import onnxruntime
 
-    from onnxwrapper._cache import ArtifactCache
-    from onnxwrapper._model_source import ModelSource
-    from onnxwrapper._shapes import dynamic_inputs, shapes_note, specialize
+    from onnxwrapper.kernel._cache import ArtifactCache
+    from onnxwrapper.kernel._model_source import ModelSource
+    from onnxwrapper.kernel._shapes import dynamic_inputs, shapes_note, specialize
 
     source = ModelSource.from_arg(request.path_or_bytes)
     if _is_ort_format(request, source):

@@ -8,13 +8,13 @@ usage: aipc inspect [MODEL] [--backend qnn|cpu] [--target T] [--precision P]
 
 A raw QNN context binary (``*.bin``) is described instead: its graphs and their input/output
 tensors (QNN names, shapes, data types, scale/offset of quantized tensors), read with the QNN
-System library (library: onnxwrapper._inspect.inspect_binary()).
+System library (library: onnxwrapper.toolkit._inspect.inspect_binary()).
 
 With the QNN backend available, the partition comes from a real QNN session created in a child
 process (exactly what onnxwrapper.InferenceSession(..., backend="qnn").get_partition() reports,
 with the QNN EP's own reasons); otherwise from static rules (marked "from rules"). Models with
 dynamic input shapes are compiled per feed shape at run time: give --shape/--dim to see the
-partition of one specialization. Library equivalent: onnxwrapper._inspect.inspect_model().
+partition of one specialization. Library equivalent: onnxwrapper.toolkit._inspect.inspect_model().
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 
-from aipc_loader._cmd_run import EXIT_USAGE, say
+from aipc._cmd_run import EXIT_USAGE, say
 
 __all__ = ["add_arguments", "main", "add_model_options", "model_options"]
 
@@ -48,7 +48,7 @@ def model_options(args: argparse.Namespace) -> tuple[dict, dict, dict]:
     Raises:
         ValueError: a malformed --shape/--dim (message says what is expected).
     """
-    from onnxwrapper._inspect import parse_dim_arg, parse_shape_arg
+    from onnxwrapper.toolkit._inspect import parse_dim_arg, parse_shape_arg
 
     options = {}
     if getattr(args, "target", None):
@@ -91,7 +91,7 @@ def _list_backends(as_json: bool) -> int:
 
 def _inspect_binary(args: argparse.Namespace) -> int:
     """``aipc inspect MODEL.bin``: exit 0, 2 (no such file), 64 (options that need an ONNX model), 1 (unreadable)."""
-    from onnxwrapper._inspect import format_binary, inspect_binary
+    from onnxwrapper.toolkit._inspect import format_binary, inspect_binary
     from onnxwrapper.errors import ArtifactError
 
     if args.shape or args.dim or args.all_nodes:
@@ -126,7 +126,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-    from onnxwrapper._inspect import inspect_model
+    from onnxwrapper.toolkit._inspect import inspect_model
 
     try:
         result = inspect_model(args.model, backend=args.backend, backend_options=options, shapes=shapes, dims=dims,

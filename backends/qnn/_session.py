@@ -13,7 +13,7 @@
   before shapes are known) and raises :class:`~onnxwrapper.errors.BackendCapabilityError`.
 
 Both report their partition (:meth:`partition`), warn once per model when part of the graph runs
-on CPU (:class:`~onnxwrapper._partition.PartialOffloadWarning`) and raise
+on CPU (:class:`~onnxwrapper.kernel._partition.PartialOffloadWarning`) and raise
 :class:`~onnxwrapper.errors.PartitionError` under ``strict``. ``get_providers()`` lists only the EPs
 that run nodes (QNN first).
 """
@@ -30,10 +30,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from onnxwrapper._partition import PartialOffloadWarning, PartitionReport
-from onnxwrapper._shapes import shapes_note
-from onnxwrapper.backends._qnn_compile import ep_creation_error
-from onnxwrapper.backends._qnn_runtime import EP_NAME, native_stdout_guard
+from onnxwrapper.kernel._partition import PartialOffloadWarning, PartitionReport
+from onnxwrapper.kernel._shapes import shapes_note
+from onnxwrapper.backends.qnn._compile import ep_creation_error
+from onnxwrapper.backends.qnn._runtime import EP_NAME, native_stdout_guard
 from onnxwrapper.backends.base import OrtBackendSession
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
 
@@ -71,7 +71,7 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
     ``offload_graph_io_quantization=1`` (set it to ``"0"`` through ``provider_options`` to run them on
     the NPU too).
 
-    The warning is a :class:`~onnxwrapper._partition.PartialOffloadWarning` attributed
+    The warning is a :class:`~onnxwrapper.kernel._partition.PartialOffloadWarning` attributed
     ``stacklevel`` frames up (point it at the user's call); the same text is logged at INFO on
     logger ``onnxwrapper.qnn``.
 
@@ -152,7 +152,7 @@ class QnnStaticSession(OrtBackendSession):
             session._model_meta = self.model_meta
 
     def partition(self) -> PartitionReport:
-        """The :class:`~onnxwrapper._partition.PartitionReport` of this session."""
+        """The :class:`~onnxwrapper.kernel._partition.PartitionReport` of this session."""
         return self.report
 
 
@@ -242,7 +242,7 @@ class QnnDynamicSession(OrtBackendSession):
     # -- run methods (façade routes them here) ---------------------------------------------------
     def run(self, session, output_names, input_feed, run_options=None):
         """Validate ``input_feed`` (ORT's errors), then run the specialization for its shapes."""
-        from onnxwrapper._feeds import validate_feed
+        from onnxwrapper.kernel._feeds import validate_feed
 
         feed = validate_feed(session._inputs_meta, input_feed, output_names, session._outputs_meta)
         spec = self._specialization(session, self._shapes(feed))
@@ -250,7 +250,7 @@ class QnnDynamicSession(OrtBackendSession):
 
     def run_with_ort_values(self, session, output_names, input_dict_ort_values, run_options=None):
         """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their shapes."""
-        from onnxwrapper._feeds import ort_type_to_numpy, validate_feed
+        from onnxwrapper.kernel._feeds import ort_type_to_numpy, validate_feed
 
         views = {}
         for name, value in input_dict_ort_values.items():
@@ -263,7 +263,7 @@ class QnnDynamicSession(OrtBackendSession):
 
     def run_async(self, session, output_names, input_feed, callback, user_data, run_options=None):
         """As ORT's ``run_async``; a missing specialization is compiled first, in the calling thread."""
-        from onnxwrapper._feeds import validate_feed
+        from onnxwrapper.kernel._feeds import validate_feed
 
         feed = validate_feed(session._inputs_meta, input_feed, output_names, session._outputs_meta)
         spec = self._specialization(session, self._shapes(feed))

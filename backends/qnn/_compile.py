@@ -6,7 +6,7 @@ a QNN session created with the session configs ``ep.context_enable=1``,
 ``model_ctx.onnx`` (one ``EPContext`` node per QNN partition, plus any CPU nodes) and
 ``model_ctx_qnn.bin`` (a real QNN context binary, referenced by a relative path). Loading the
 ctx model takes milliseconds instead of a compile. ``session.record_ep_graph_assignment_info=1``
-on the generating session gives the per-node partition (:class:`~onnxwrapper._partition.PartitionReport`),
+on the generating session gives the per-node partition (:class:`~onnxwrapper.kernel._partition.PartitionReport`),
 which is stored with the cache entry because a loaded ctx model only shows ``EPContext`` nodes.
 
 The generated ctx model gets the original model's metadata (producer, domain, doc strings,
@@ -23,9 +23,9 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
-from onnxwrapper._cache import ArtifactCache, CacheEntry, make_key
-from onnxwrapper._partition import PartitionReport
-from onnxwrapper.backends._qnn_runtime import (EP_NAME, copy_session_options, native_stdout_guard, qnn_versions)
+from onnxwrapper.kernel._cache import ArtifactCache, CacheEntry, make_key
+from onnxwrapper.kernel._partition import PartitionReport
+from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, native_stdout_guard, qnn_versions)
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
@@ -186,7 +186,7 @@ def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shape
              "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}, "session_config": dict(so_entries),
              "graph_optimization_level": int(graph_optimization_level)}
     if patches:
-        from onnxwrapper._version import __version__
+        from onnxwrapper.kernel._version import __version__
 
         parts["patches"] = [dict(p) for p in patches]
         parts["onnxwrapper"] = __version__

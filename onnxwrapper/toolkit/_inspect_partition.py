@@ -14,7 +14,7 @@ Two sources, named in :attr:`PartitionPrediction.source`:
   onnxruntime-qnn 2.7.0 (see :func:`rule_reason`). It can be wrong where the EP checks
   attributes, types or shapes; the session probe is authoritative.
 
-Run as ``python -m onnxwrapper._inspect_partition OPTIONS_JSON`` it is the probe's child (model
+Run as ``python -m onnxwrapper.toolkit._inspect_partition OPTIONS_JSON`` it is the probe's child (model
 bytes on stdin, one result line on stdout).
 """
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import onnx
-from onnx import helper
 
+from onnxwrapper.backends.qnn import QNN_OP_TYPES, qnn_rejection_reason
 from onnxwrapper.patches import PatchMatch
 
 __all__ = ["NodePrediction", "PartitionPrediction", "predict_partition_rules", "probe_partition", "map_session",
@@ -40,18 +40,6 @@ __all__ = ["NodePrediction", "PartitionPrediction", "predict_partition_rules", "
 QNN_EP = "QNNExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 OPTIMIZED = "optimized"
-
-#: op types with a QNN EP op builder (ORT's op_builder_factory.cc, stored version of ORT main).
-QNN_OP_TYPES = frozenset("""
-Abs Add And ArgMax ArgMin Asin Atan AveragePool BatchNormalization Cast Ceil Clip Concat Conv ConvTranspose Cos
-CumSum DepthToSpace DequantizeLinear Div Einsum Elu Equal Exp Expand Flatten Floor Gather GatherElements GatherND
-Gelu Gemm GlobalAveragePool GlobalMaxPool Greater GreaterOrEqual GridSample HardSigmoid HardSwish
-InstanceNormalization LRN LSTM LayerNormalization LeakyRelu Less LessOrEqual Log LogSoftmax LpNormalization
-MatMul Max MaxPool Mean Min Mod Mul Neg Not Or PRelu Pad Pow QuantizeLinear RMSNormalization RandomUniformLike
-Reciprocal ReduceL2 ReduceMax ReduceMean ReduceMin ReduceProd ReduceSum Relu Reshape Resize Round STFT
-ScatterElements ScatterND Sigmoid Sign Sin Slice Softmax SpaceToDepth Split Sqrt Squeeze Sub Sum Tanh
-ThresholdedRelu Tile TopK Transpose Unsqueeze Upsample Where
-""".split())
 
 
 # -- data ------------------------------------------------------------------------------------------
@@ -116,51 +104,16 @@ class PartitionPrediction:
 
 
 # -- rules -----------------------------------------------------------------------------------------
-def _einsum_native(equation: str) -> bool:
-    """The four equation shapes the QNN EP maps to MatMul (its einsum_op_builder.cc)."""
-    eq = equation.replace(" ", "")
-    if "->" not in eq or eq.count(",") != 1:
-        return False
-    lhs, out = eq.split("->")
-    a, b = lhs.split(",")
-    if min(len(a), len(b), len(out)) < 2 or not (a + b + out).isalpha() or not (a + b + out).islower():
-        return False
-    if len(a) == len(b) == len(out) and a[:-2] == b[:-2] == out[:-2]:
-        m, k, k2, n = a[-2], a[-1], b[-2], b[-1]
-        if out[-2] == m and ((k2 == k and out[-1] == n) or (n == k and out[-1] == k2)):
-            return True  # MatMul / MatMul with transposed second input
-    if len(a) == len(b) == len(out) == 4 and a[0] == b[0] == out[0]:
-        if a[3] == out[3] and a[1] == b[3] and b[1] == out[1]:
-            return True  # transpose-all
-    return (len(a), len(b), len(out)) == (4, 3, 4) and a[2] == out[2] and a[3] == b[2] and b[1] == out[3] \
-        and a[0] == out[0] and a[1] == out[1] == b[0]
-
-
 def rule_reason(node: onnx.NodeProto, model: onnx.ModelProto, dynamic: bool) -> str | None:
-    """Static reason why the QNN EP would not take ``node`` (``None``: predicted on QNN)."""
-    if dynamic:
-        return "dynamic input shapes: the QNN EP takes no node of such a graph (fix shapes with --shape/--dim)"
-    if node.domain not in ("", "ai.onnx"):
-        return f"custom domain '{node.domain}' has no QNN EP implementation"
-    if node.op_type not in QNN_OP_TYPES:
-        return f"Operators of type `{node.op_type}` are not supported by QNN EP."
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if node.op_type == "Mod" and int(attrs.get("fmod", 0)) == 1:
-        return "QNN Mod Op only support fmod == 0 for now."
-    if node.op_type in ("MaxPool", "AveragePool") and len(attrs.get("kernel_shape", [])) == 3:
-        return "the QNN EP supports 1-D and 2-D pooling only (3-D kernel)"
-    if node.op_type == "Einsum":
-        eq = attrs.get("equation", b"")
-        eq = eq.decode() if isinstance(eq, bytes) else str(eq)
-        if len(node.input) != 2 or not _einsum_native(eq):
-            return f"Einsum unsupported equation: {eq}"
-    return None
+    """Static reason why the QNN EP would not take ``node`` (``None``: predicted on QNN); the QNN
+    backend's own table, :func:`onnxwrapper.backends.qnn.qnn_rejection_reason`."""
+    return qnn_rejection_reason(node, model, dynamic)
 
 
 def predict_partition_rules(model: onnx.ModelProto, *, backend: str = "qnn", options: Mapping | None = None,
                             patches: Sequence[PatchMatch] = ()) -> PartitionPrediction:
     """Static partition prediction (see module doc); ``model`` must have named nodes."""
-    from onnxwrapper._shapes import is_static
+    from onnxwrapper.kernel._shapes import is_static
 
     dynamic = not is_static(model)
     by_index = {m.node_index: m.patch for m in patches if m.applicable}
@@ -221,13 +174,13 @@ def probe_partition(model: onnx.ModelProto, backend_options: Mapping[str, Any] |
 
     Returns:
         ``(partition dict or None, {node name: QNN EP reason}, error text)``; the partition is
-        :meth:`onnxwrapper._partition.PartitionReport.to_dict` output, or ``None`` with the
+        :meth:`onnxwrapper.kernel._partition.PartitionReport.to_dict` output, or ``None`` with the
         error (e.g. the QNN EP took no node: then every node is on CPU).
 
     Raises:
         RuntimeError: the child failed (its stderr tail is in the message).
     """
-    cmd = [sys.executable, "-m", "onnxwrapper._inspect_partition", json.dumps(dict(backend_options or {}))]
+    cmd = [sys.executable, "-m", "onnxwrapper.toolkit._inspect_partition", json.dumps(dict(backend_options or {}))]
     proc = subprocess.run(cmd, input=model.SerializeToString(), capture_output=True, timeout=timeout,
                           env=dict(os.environ, PYTHONUNBUFFERED="1"))
     out = proc.stdout.decode(errors="replace")

@@ -2,17 +2,17 @@
 and what a raw QNN context binary holds.
 
 :func:`inspect_model` is what ``aipc inspect MODEL.onnx`` prints (``--json``:
-:meth:`Inspection.to_dict`). The partition comes from :mod:`onnxwrapper._inspect_partition`:
+:meth:`Inspection.to_dict`). The partition comes from :mod:`onnxwrapper.toolkit._inspect_partition`:
 a real QNN session in a child process (``source="session"``) or static rules (``"rules"``). When
 CPU nodes can be patched, a second probe runs the QNN backend with its automatic patches
 (backend option ``patches``) and reports the partition it then gets (``after_patches``).
 
 :func:`inspect_binary` / :func:`format_binary` are ``aipc inspect MODEL.bin``: the graphs of a QNN
 context binary with their input/output tensors (QNN names, shapes, data types, scale/offset of
-quantized tensors), read with the QNN System library (``backends/_qnn_binary.py``).
+quantized tensors), read with the QNN System library (``backends/qnn/_binary.py``).
 
 Static shapes: :func:`make_static` applies ``--shape NAME=d0,d1,…`` (via
-:func:`onnxwrapper._shapes.specialize`, i.e. ``onnxruntime.tools.onnx_model_utils``) and named
+:func:`onnxwrapper.kernel._shapes.specialize`, i.e. ``onnxruntime.tools.onnx_model_utils``) and named
 free-dimension overrides ``--dim NAME=VALUE`` (``make_dim_param_fixed``), then re-runs onnx shape
 inference. Nothing here writes next to the user's model.
 """
@@ -28,9 +28,9 @@ from typing import Any, Mapping, Sequence
 import onnx
 from onnx import helper
 
-from onnxwrapper._inspect_partition import (CPU_EP, OPTIMIZED, QNN_EP, NodePrediction, PartitionPrediction,
-                                            map_session, predict_partition_rules, probe_partition, qnn_runs_here,
-                                            rule_reason)
+from onnxwrapper.toolkit._inspect_partition import (CPU_EP, OPTIMIZED, QNN_EP, NodePrediction, PartitionPrediction,
+                                                    map_session, predict_partition_rules, probe_partition, qnn_runs_here,
+                                                    rule_reason)
 from onnxwrapper.patches import PatchMatch, find_patches, load_model_proto, name_unnamed_nodes
 
 __all__ = ["TensorSummary", "NodePrediction", "PartitionPrediction", "Inspection", "inspect_model",
@@ -86,12 +86,12 @@ def make_static(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
 
     Raises:
         ValueError: a dim name the model does not use (the message lists the names it uses).
-        onnxruntime ``InvalidArgument``: from :func:`onnxwrapper._shapes.specialize` (unknown input,
+        onnxruntime ``InvalidArgument``: from :func:`onnxwrapper.kernel._shapes.specialize` (unknown input,
             rank mismatch, contradiction with a fixed dim).
     """
     from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
 
-    from onnxwrapper._shapes import specialize
+    from onnxwrapper.kernel._shapes import specialize
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -263,7 +263,7 @@ def inspect_model(model: Any, *, backend: str | None = None, backend_options: Ma
     if not use_session:
         result.partition = predict_partition_rules(proto, options=options, patches=result.patches)
         return result
-    from onnxwrapper._shapes import dynamic_inputs
+    from onnxwrapper.kernel._shapes import dynamic_inputs
 
     pending = dynamic_inputs(proto)
     if pending:
@@ -300,7 +300,7 @@ def inspect_binary(path) -> dict:
     Raises:
         FileNotFoundError: no such file. ArtifactError: not a context binary the QNN System library reads.
     """
-    from onnxwrapper.backends._qnn_binary import read_binary_info
+    from onnxwrapper.backends.qnn import read_binary_info
 
     path = os.fspath(path)
     if not os.path.isfile(path):

@@ -1,6 +1,6 @@
 """``python -m aipc …``: the aipc command line (see ``aipc --help``)."""
 
 if __name__ == "__main__":
-    from aipc_loader.cli import main
+    from aipc.cli import main
 
     raise SystemExit(main())

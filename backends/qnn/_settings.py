@@ -5,7 +5,7 @@ Inputs, lowest precedence first: QNN EP options the user put on their own ``Sess
 ``providers=`` (or the matching ``provider_options`` entry), the ``provider_options`` backend
 option, then the typed backend options (``target``, ``soc_model``, ``htp_arch``, ``precision``,
 ``htp_performance_mode``, ``profiling``). A typed option and a raw option that disagree are an
-error, never a silent choice. See :mod:`onnxwrapper.backends._qnn_targets` for the sources.
+error, never a silent choice. See :mod:`onnxwrapper.backends.qnn._targets` for the sources.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from onnxwrapper.backends._qnn_runtime import QnnProcessConfig
-from onnxwrapper.backends._qnn_targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
+from onnxwrapper.backends.qnn._runtime import QnnProcessConfig
+from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
 from onnxwrapper.errors import BackendOptionError
 
@@ -36,7 +36,7 @@ class QnnSettings:
         real_npu: True when a physical NPU runs the graphs.
         patches: ``True`` (apply every registered operator patch to nodes QNN leaves on CPU),
             ``False`` (none) or the tuple of patch names *not* to use
-            (see :mod:`onnxwrapper.backends._qnn_patching`).
+            (see :mod:`onnxwrapper.backends.qnn._patching`).
         graph: graph name or index inside a raw QNN context binary, or ``None``.
         companion: ONNX model describing a raw context binary given as the model (path), ``False``
             for none, ``None`` for ``<stem>.onnx`` next to it.
@@ -57,7 +57,7 @@ class QnnSettings:
 
     def disabled_patches(self) -> tuple[str, ...] | None:
         """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
-        from onnxwrapper.backends._qnn_patching import disabled_patches
+        from onnxwrapper.backends.qnn._patching import disabled_patches
 
         return disabled_patches(self.patches)
 

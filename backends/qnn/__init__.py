@@ -2,24 +2,24 @@
 
 What runs where: onnxruntime-qnn's plugin execution provider compiles the ONNX graph (or the parts
 it supports) into a QNN context binary for the HTP; unsupported nodes stay on ORT's CPU EP and are
-reported (:meth:`partition`, a :class:`~onnxwrapper._partition.PartialOffloadWarning`), or refused
+reported (:meth:`partition`, a :class:`~onnxwrapper.kernel._partition.PartialOffloadWarning`), or refused
 with ``strict=True``. On Windows on Snapdragon the HTP is the real NPU; on x86-64 Linux it is
 Qualcomm's HTP *simulator* (real QNN graphs, device numerics, not device speed).
 
 Session life cycle (:meth:`QnnBackend.open`):
 
-1. options → :class:`~onnxwrapper.backends._qnn_settings.QnnSettings` (default target on a host
+1. options → :class:`~onnxwrapper.backends.qnn._settings.QnnSettings` (default target on a host
    without NPU: Snapdragon X Elite, ``soc_model=60``, so numerics emulate the device's FP16);
 2. the process-global QNN configuration is pinned (a conflicting one raises
    :class:`~onnxwrapper.errors.BackendConfigConflictError`);
 3. static models: a precompiled artifact next to the model (``<stem>_ctx.onnx`` or a raw context
-   binary, see :mod:`onnxwrapper.backends._qnn_artifacts`) wins, else the compile cache
-   (:mod:`onnxwrapper._cache`) returns the EPContext model, compiling it once on a miss;
+   binary, see :mod:`onnxwrapper.backends.qnn._artifacts`) wins, else the compile cache
+   (:mod:`onnxwrapper.kernel._cache`) returns the EPContext model, compiling it once on a miss;
    dynamic models: a precompiled ``<stem>_ctx*.onnx`` for the feed's shapes, else compiled per
-   feed shape at ``run`` (:mod:`onnxwrapper.backends._qnn_session`); a raw QNN context binary
-   given as the model path (``*.bin``) is wrapped and run (:mod:`onnxwrapper.backends._qnn_binary`).
+   feed shape at ``run`` (:mod:`onnxwrapper.backends.qnn._session`); a raw QNN context binary
+   given as the model path (``*.bin``) is wrapped and run (:mod:`onnxwrapper.backends.qnn._binary`).
    Compiles apply operator patches to nodes QNN leaves on CPU unless ``patches=False``
-   (:mod:`onnxwrapper.backends._qnn_patching`).
+   (:mod:`onnxwrapper.backends.qnn._patching`).
 
 :func:`compile_model` is the same compile as a public function (used by ``aipc compile``), with
 an optional DLC export (``dlc_dir``).
@@ -36,14 +36,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from onnxwrapper.backends._qnn_patching import convert_patches
-from onnxwrapper.backends._qnn_targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
+from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, TensorInfo, read_binary_info
+from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES, qnn_rejection_reason
+from onnxwrapper.backends.qnn._patching import convert_patches
+from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, OptionSpec, SessionRequest
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
 
-__all__ = ["QnnBackend", "CompileResult", "compile_model"]
+__all__ = ["QnnBackend", "CompileResult", "compile_model", "QNN_OP_TYPES", "qnn_rejection_reason", "read_binary_info",
+           "BinaryInfo", "GraphInfo", "TensorInfo"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _SRC = "QNN SDK QnnTypes.h Qnn_SocModel_t; QNN 'Supported Snapdragon devices'"
@@ -151,7 +154,7 @@ class QnnBackend(Backend):
 
     @classmethod
     def _probe(cls) -> Availability:
-        from onnxwrapper.backends._qnn_runtime import INSTALL_HINT, ensure_registered, is_x86_host, qnn_versions
+        from onnxwrapper.backends.qnn._runtime import INSTALL_HINT, ensure_registered, is_x86_host, qnn_versions
 
         try:
             import onnxruntime_qnn
@@ -188,7 +191,7 @@ class QnnBackend(Backend):
             BackendConfigConflictError, PartitionError (strict, or QNN took no node),
             ArtifactError (stale precompiled artifact, cache problems).
         """
-        from onnxwrapper.backends._qnn_open import open_session
+        from onnxwrapper.backends.qnn._open import open_session
 
         availability = self.probe()
         if not availability.available:
@@ -205,7 +208,7 @@ class CompileResult:
     Attributes:
         ctx_path: the EPContext ONNX model. bin_path: its QNN context binary (``None`` if embedded).
         ctx_bytes / bin_bytes: file sizes in bytes. partition: per-node EP assignment
-            (:class:`~onnxwrapper._partition.PartitionReport`, of the patched model when patched).
+            (:class:`~onnxwrapper.kernel._partition.PartitionReport`, of the patched model when patched).
         seconds: compile wall time (s; the patched recompile included). ep_options: QNN EP options used.
         input_shapes: specialization shapes (``None`` for static models).
         versions: onnxruntime / onnxruntime_qnn / QNN SDK versions.
@@ -234,7 +237,7 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
 
     The same compile as a session's: with the ``patches`` option on (default), nodes the QNN EP
     leaves on CPU that a registered patch can rewrite are patched and the model recompiled (see
-    :mod:`onnxwrapper.backends._qnn_patching`); ``strict`` is judged after patching.
+    :mod:`onnxwrapper.backends.qnn._patching`); ``strict`` is judged after patching.
 
     Args:
         model: path (``str``/``os.PathLike``), serialized bytes, or ``onnx.ModelProto``.
@@ -249,7 +252,7 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         dlc_dir: folder to write one DLC per QNN partition of the compiled (patched) model into,
             through QNN's IR backend (QNN EP options ``dump_qnn_ir_dlc``, ``dump_qnn_ir_dlc_dir``,
             ``qnn_ir_backend_path`` = onnxruntime-qnn's libQnnIr; a second session, see
-            :func:`onnxwrapper.backends._qnn_compile.dump_dlc`). Default ``None``: no DLC.
+            :func:`onnxwrapper.backends.qnn._compile.dump_dlc`). Default ``None``: no DLC.
 
     Returns:
         :class:`CompileResult`.
@@ -262,14 +265,14 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     """
     import onnx
 
-    from onnxwrapper._model_source import ModelSource
-    from onnxwrapper._partition import PartitionReport
-    from onnxwrapper._shapes import dynamic_inputs, shapes_note, specialize
-    from onnxwrapper.backends._qnn_compile import dump_dlc, generate_epcontext
-    from onnxwrapper.backends._qnn_patching import compile_with_patches
-    from onnxwrapper.backends._qnn_runtime import claim_config, ensure_registered, qnn_versions, user_qnn_ep_options
-    from onnxwrapper.backends._qnn_session import check_partition
-    from onnxwrapper.backends._qnn_settings import resolve_settings
+    from onnxwrapper.kernel._model_source import ModelSource
+    from onnxwrapper.kernel._partition import PartitionReport
+    from onnxwrapper.kernel._shapes import dynamic_inputs, shapes_note, specialize
+    from onnxwrapper.backends.qnn._compile import dump_dlc, generate_epcontext
+    from onnxwrapper.backends.qnn._patching import compile_with_patches
+    from onnxwrapper.backends.qnn._runtime import claim_config, ensure_registered, qnn_versions, user_qnn_ep_options
+    from onnxwrapper.backends.qnn._session import check_partition
+    from onnxwrapper.backends.qnn._settings import resolve_settings
 
     availability = QnnBackend.probe()
     if not availability.available:

@@ -18,23 +18,20 @@ exit, each session's partition summary (also with ``--report-partition``).
 from __future__ import annotations
 
 import argparse
-import atexit
 import logging
 import os
 import sys
-import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from aipc_loader import _env
+from aipc_loader._report import PREFIX, SessionReporter, say
 
 __all__ = ["add_arguments", "main", "run_command", "split_argv", "resolve_settings", "RunSettings",
            "SessionReporter", "UsageError", "EXIT_USAGE", "EXIT_UNAVAILABLE"]
 
 EXIT_USAGE = 64          # sysexits EX_USAGE: bad options, bad environment values, bad backend/option
 EXIT_UNAVAILABLE = 69    # sysexits EX_UNAVAILABLE: the backend (or a subcommand) cannot run here
-PREFIX = "aipc: "
 
 _VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir"}
 
@@ -175,109 +172,6 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
         return settings
     except _env.EnvError as exc:
         raise UsageError(str(exc)) from exc
-
-
-def say(message: str, prefix: str = PREFIX) -> None:
-    """Write one prefixed line per line of ``message`` to stderr (the CLI's only output channel)."""
-    text = "".join(f"{prefix}{line}\n" for line in str(message).splitlines() or [""])
-    try:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass
-
-
-class SessionReporter:
-    """Reports redirected sessions: a line per creation with ``verbose``, and at interpreter exit
-    (``atexit``, after the script's own handlers) each session's partition summary with
-    ``verbose`` or ``report_partition``.
-
-    The summary comes from ``session.get_partition()`` at exit for sessions still alive, else
-    the one read right after creation; ``None`` means the backend records no partition. In a
-    ``fork`` child the lines say ``aipc[PID]:`` and count from 1; such children end with
-    ``os._exit`` under multiprocessing, so they print no exit report.
-    """
-
-    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX) -> None:
-        self.verbose, self.report_partition, self.prefix = verbose, report_partition, prefix
-        self._pid = os.getpid()
-        self._records: list[dict] = []
-        self._lock = threading.Lock()
-        self._undo = None
-
-    def start(self) -> "SessionReporter":
-        """Listen to the patch and register the exit report."""
-        from aipc_loader import _patch
-
-        self._undo = _patch.add_session_listener(self.on_session)
-        if self.verbose or self.report_partition:
-            atexit.register(self.report)
-        return self
-
-    def on_session(self, session, *, model=None, seconds: float = 0.0) -> None:
-        label = _model_label(model)
-        backend = getattr(session, "backend_name", "?")
-        record = {"label": label, "backend": backend, "ref": _weak(session),
-                  "report": _partition_of(session)}
-        with self._lock:
-            if os.getpid() != self._pid:     # a fork child: its own numbering and prefix
-                self._pid, self._records = os.getpid(), []
-                self.prefix = f"aipc[{self._pid}]: "
-            self._records.append(record)
-            number = len(self._records)
-        if self.verbose:
-            try:
-                providers = session.get_providers()
-            except Exception as exc:  # noqa: BLE001 - a report must not break the script
-                providers = f"<{type(exc).__name__}>"
-            say(f"session {number}: {label} on backend '{backend}' ({seconds:.2f} s), providers {providers}",
-                self.prefix)
-
-    def report(self) -> None:
-        """Print the partition summary of every session seen (no-op when there were none)."""
-        with self._lock:
-            records = list(self._records)
-        for number, record in enumerate(records, 1):
-            session = record["ref"]() if record["ref"] is not None else None
-            report = _partition_of(session) if session is not None else record["report"]
-            if isinstance(report, Exception):
-                text = f"not available ({type(report).__name__}: {report})"
-            elif report is None:
-                text = f"no partition recorded by backend '{record['backend']}'"
-            else:
-                try:
-                    text = report.summary()
-                except Exception as exc:  # noqa: BLE001
-                    text = f"not available ({type(exc).__name__}: {exc})"
-            say(f"partition {number}: {record['label']} [{record['backend']}]: {text}", self.prefix)
-
-
-def _weak(obj):
-    try:
-        return weakref.ref(obj)
-    except TypeError:
-        return None
-
-
-def _partition_of(session):
-    getter = getattr(session, "get_partition", None)
-    if getter is None:
-        return None
-    try:
-        return getter()
-    except Exception as exc:  # noqa: BLE001 - reported as text
-        return exc
-
-
-def _model_label(model) -> str:
-    if isinstance(model, (bytes, bytearray)):
-        return f"<model bytes, {len(model)} B>"
-    if model is None:
-        return "<model>"
-    try:
-        return os.path.basename(os.fspath(model)) or str(model)
-    except TypeError:
-        return repr(model)
 
 
 def _enable_logging(verbose: int) -> None:

@@ -1,0 +1,122 @@
+"""What an aipc run reports on stderr about the sessions it redirected: one line per session
+created (``-v``) and, at interpreter exit, each session's partition summary.
+
+Used by the ``aipc`` command in its own process and by the child-process bootstrap
+(:mod:`aipc_loader._bootstrap`) in every Python child of an aipc run, so it lives with the hot
+patch, not with the command line.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import threading
+import weakref
+
+from aipc_loader import _patch
+
+__all__ = ["PREFIX", "say", "SessionReporter"]
+
+PREFIX = "aipc: "
+
+
+def say(message: str, prefix: str = PREFIX) -> None:
+    """Write one prefixed line per line of ``message`` to stderr (the CLI's only output channel)."""
+    text = "".join(f"{prefix}{line}\n" for line in str(message).splitlines() or [""])
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class SessionReporter:
+    """Reports redirected sessions: a line per creation with ``verbose``, and at interpreter exit
+    (``atexit``, after the script's own handlers) each session's partition summary with
+    ``verbose`` or ``report_partition``.
+
+    The summary comes from ``session.get_partition()`` at exit for sessions still alive, else
+    the one read right after creation; ``None`` means the backend records no partition. In a
+    ``fork`` child the lines say ``aipc[PID]:`` and count from 1; such children end with
+    ``os._exit`` under multiprocessing, so they print no exit report.
+    """
+
+    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX) -> None:
+        self.verbose, self.report_partition, self.prefix = verbose, report_partition, prefix
+        self._pid = os.getpid()
+        self._records: list[dict] = []
+        self._lock = threading.Lock()
+        self._undo = None
+
+    def start(self) -> "SessionReporter":
+        """Listen to the patch and register the exit report."""
+        self._undo = _patch.add_session_listener(self.on_session)
+        if self.verbose or self.report_partition:
+            atexit.register(self.report)
+        return self
+
+    def on_session(self, session, *, model=None, seconds: float = 0.0) -> None:
+        label = _model_label(model)
+        backend = getattr(session, "backend_name", "?")
+        record = {"label": label, "backend": backend, "ref": _weak(session),
+                  "report": _partition_of(session)}
+        with self._lock:
+            if os.getpid() != self._pid:     # a fork child: its own numbering and prefix
+                self._pid, self._records = os.getpid(), []
+                self.prefix = f"aipc[{self._pid}]: "
+            self._records.append(record)
+            number = len(self._records)
+        if self.verbose:
+            try:
+                providers = session.get_providers()
+            except Exception as exc:  # noqa: BLE001 - a report must not break the script
+                providers = f"<{type(exc).__name__}>"
+            say(f"session {number}: {label} on backend '{backend}' ({seconds:.2f} s), providers {providers}",
+                self.prefix)
+
+    def report(self) -> None:
+        """Print the partition summary of every session seen (no-op when there were none)."""
+        with self._lock:
+            records = list(self._records)
+        for number, record in enumerate(records, 1):
+            session = record["ref"]() if record["ref"] is not None else None
+            report = _partition_of(session) if session is not None else record["report"]
+            if isinstance(report, Exception):
+                text = f"not available ({type(report).__name__}: {report})"
+            elif report is None:
+                text = f"no partition recorded by backend '{record['backend']}'"
+            else:
+                try:
+                    text = report.summary()
+                except Exception as exc:  # noqa: BLE001
+                    text = f"not available ({type(exc).__name__}: {exc})"
+            say(f"partition {number}: {record['label']} [{record['backend']}]: {text}", self.prefix)
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+def _partition_of(session):
+    getter = getattr(session, "get_partition", None)
+    if getter is None:
+        return None
+    try:
+        return getter()
+    except Exception as exc:  # noqa: BLE001 - reported as text
+        return exc
+
+
+def _model_label(model) -> str:
+    if isinstance(model, (bytes, bytearray)):
+        return f"<model bytes, {len(model)} B>"
+    if model is None:
+        return "<model>"
+    try:
+        return os.path.basename(os.fspath(model)) or str(model)
+    except TypeError:
+        return repr(model)

@@ -1,0 +1,62 @@
+"""The kernel every backend builds on: what a backend may import from onnxwrapper.
+
+Backends (``onnxwrapper.backends.*``, third-party plugins) import these names from
+``onnxwrapper.kernel`` only, never from a private ``onnxwrapper._*`` module or the façade:
+
+* the model a session was asked for — :class:`ModelSource` (path or bytes, read lazily, hashed);
+* feeds — :func:`validate_feed` / :func:`check_output_names` (onnxruntime's exact errors),
+  :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+* metadata look-alikes of ``onnxruntime.NodeArg`` / ``ModelMetadata`` — :class:`NodeArgInfo`,
+  :class:`ModelMetadataInfo`, :func:`node_args_from_onnx`, :func:`modelmeta_from_onnx`;
+* shapes — :func:`input_dims`, :func:`dynamic_inputs`, :func:`is_static`, :func:`specialize`,
+  :func:`shapes_note`;
+* partitions — :class:`PartitionReport`, :class:`NodeAssignment`, :class:`PartialOffloadWarning`,
+  :func:`known_reason`;
+* the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
+  :func:`default_cache_dir` and its environment variables;
+* versions — ``__version__`` (onnxwrapper's).
+
+Importing it imports onnxruntime, onnx and numpy, nothing else; no I/O.
+"""
+
+from __future__ import annotations
+
+from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
+                                       default_cache_dir, make_key)
+from onnxwrapper.kernel._feeds import (check_output_names, feed_signature, numpy_to_ort_type, ort_type_to_numpy,
+                                       validate_feed)
+from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
+from onnxwrapper.kernel._model_source import ModelSource
+from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason
+from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
+from onnxwrapper.kernel._version import __version__
+
+__all__ = [
+    "ENV_CACHE_DIR",
+    "ENV_CACHE_MAX_BYTES",
+    "FORMAT_VERSION",
+    "ArtifactCache",
+    "CacheEntry",
+    "ModelMetadataInfo",
+    "ModelSource",
+    "NodeArgInfo",
+    "NodeAssignment",
+    "PartialOffloadWarning",
+    "PartitionReport",
+    "__version__",
+    "check_output_names",
+    "default_cache_dir",
+    "dynamic_inputs",
+    "feed_signature",
+    "input_dims",
+    "is_static",
+    "known_reason",
+    "make_key",
+    "modelmeta_from_onnx",
+    "node_args_from_onnx",
+    "numpy_to_ort_type",
+    "ort_type_to_numpy",
+    "shapes_note",
+    "specialize",
+    "validate_feed",
+]

@@ -1,0 +1,55 @@
+"""The library behind ``aipc inspect``, ``aipc compile`` and ``aipc capture``: model inspection,
+static shapes, partition prediction, QDQ quantization and the three-way accuracy check.
+
+* :func:`inspect_model` / :class:`Inspection` — I/O with dynamic dims, opsets, op histogram,
+  predicted partition (a real QNN session in a child process, or static rules), patches;
+  :func:`inspect_binary` / :func:`format_binary` — what a raw QNN context binary holds;
+* :func:`make_static`, :func:`parse_shape_arg`, :func:`parse_dim_arg` — fixing dynamic dims;
+* :func:`predict_partition_rules`, :func:`probe_partition`, :func:`rule_reason` — partition
+  prediction (:class:`PartitionPrediction` of :class:`NodePrediction`);
+* :func:`quantize_qdq` (W8A8, W8A16; :data:`PRECISIONS`), calibration data
+  (:class:`CalibrationSet`, :func:`calibration_from_capture`, :class:`FeedsDataReader`) and
+  :func:`three_way_check` (:class:`AccuracyReport`).
+
+Importing it imports onnx and onnxruntime; no backend SDK.
+"""
+
+from __future__ import annotations
+
+from onnxwrapper.toolkit._inspect import (CPU_EP, OPTIMIZED, QNN_EP, Inspection, NodePrediction, PartitionPrediction,
+                                          TensorSummary, format_binary, inspect_binary, inspect_model, make_static,
+                                          parse_dim_arg, parse_shape_arg, predict_partition_rules, probe_partition,
+                                          rule_reason)
+from onnxwrapper.toolkit._quantize import (PRECISIONS, AccuracyReport, Agreement, CalibrationError, CalibrationSet,
+                                           FeedsDataReader, OutputAccuracy, QuantizeResult, calibration_from_capture,
+                                           quantize_qdq, three_way_check)
+
+__all__ = [
+    "CPU_EP",
+    "OPTIMIZED",
+    "PRECISIONS",
+    "QNN_EP",
+    "AccuracyReport",
+    "Agreement",
+    "CalibrationError",
+    "CalibrationSet",
+    "FeedsDataReader",
+    "Inspection",
+    "NodePrediction",
+    "OutputAccuracy",
+    "PartitionPrediction",
+    "QuantizeResult",
+    "TensorSummary",
+    "calibration_from_capture",
+    "format_binary",
+    "inspect_binary",
+    "inspect_model",
+    "make_static",
+    "parse_dim_arg",
+    "parse_shape_arg",
+    "predict_partition_rules",
+    "probe_partition",
+    "quantize_qdq",
+    "rule_reason",
+    "three_way_check",
+]
