@@ -37,8 +37,8 @@ class SessionReporter:
     ``verbose`` or ``report_partition``.
 
     The summary comes from ``session.get_partition()`` at exit for sessions still alive, else
-    the one read right after creation; ``None`` means the backend records no partition. In a
-    ``fork`` child the lines say ``aipc[PID]:`` and count from 1; such children end with
+    the last one its backend session reported when the session was collected; ``None`` means the
+    backend records no partition. In a ``fork`` child the lines say ``aipc[PID]:`` and count from 1; such children end with
     ``os._exit`` under multiprocessing, so they print no exit report.
     """
 
@@ -61,6 +61,10 @@ class SessionReporter:
         backend = getattr(session, "backend_name", "?")
         record = {"label": label, "backend": backend, "ref": _weak(session),
                   "report": _partition_of(session)}
+        served_by = getattr(session, "backend_session", None)
+        if served_by is not None and record["ref"] is not None:
+            # when the session is collected before exit, keep the partition it had last
+            weakref.finalize(session, _remember_partition, record, served_by)
         with self._lock:
             if os.getpid() != self._pid:     # a fork child: its own numbering and prefix
                 self._pid, self._records = os.getpid(), []
@@ -92,6 +96,13 @@ class SessionReporter:
                 except Exception as exc:  # noqa: BLE001
                     text = f"not available ({type(exc).__name__}: {exc})"
             say(f"partition {number}: {record['label']} [{record['backend']}]: {text}", self.prefix)
+
+
+def _remember_partition(record: dict, backend_session) -> None:
+    try:
+        record["report"] = backend_session.partition()
+    except Exception as exc:  # noqa: BLE001 - reported as text
+        record["report"] = exc
 
 
 def _weak(obj):

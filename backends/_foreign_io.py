@@ -46,12 +46,13 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+import onnx
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-from onnxwrapper.kernel._feeds import numpy_to_ort_type, ort_type_to_numpy
-from onnxwrapper.kernel._metadata import NodeArgInfo
 from onnxwrapper.backends.base import ForeignBackendSession
-from onnxwrapper.errors import ArtifactError, BackendError, BackendRunError, InternalError
+from onnxwrapper.errors import ArtifactError, BackendRunError, InternalError
+from onnxwrapper.kernel import (NodeArgInfo, check_input, modelmeta_from_onnx, node_args_from_onnx, numpy_to_ort_type,
+                                ort_type_to_numpy)
 
 __all__ = [
     "NativeType", "NativeTensor", "TensorPlan", "IoPlan", "ForeignSession",
@@ -268,10 +269,6 @@ def onnx_io(model) -> tuple[list[NodeArgInfo], list[NodeArgInfo], object, set]:
     Output shapes are completed with ONNX shape inference first, as ORT reports inferred output
     shapes; when inference fails (custom ops) the declared shapes are used.
     """
-    import onnx
-
-    from onnxwrapper.kernel._metadata import modelmeta_from_onnx, node_args_from_onnx
-
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
     except (onnx.shape_inference.InferenceError, ValueError, RuntimeError):
@@ -297,19 +294,9 @@ def to_native(plan: TensorPlan, array: np.ndarray, mode: str) -> np.ndarray:
         InternalError: the byte length still differs (a bug: the native layer would over-read).
     """
     name = plan.onnx.name
-    if array.dtype != plan.dtype:
-        raise C.InvalidArgument(f"{_INVALID_ARG}Unexpected input data type. Actual: "
-                                f"({numpy_to_ort_type(array.dtype)}) , expected: ({plan.onnx.type})")
-    if array.ndim != len(plan.shape):
-        raise C.InvalidArgument(f"{_INVALID_ARG}Invalid rank for input: {name} Got: {array.ndim} Expected: "
-                                f"{len(plan.shape)} Please fix either the inputs/outputs or the model.")
-    bad = [(i, g, e) for i, (g, e) in enumerate(zip(array.shape, plan.shape)) if g != e]
-    if bad:
-        lines = "".join(f" index: {i} Got: {g} Expected: {e}\n" for i, g, e in bad)
-        raise C.InvalidArgument(
-            f"{_INVALID_ARG}Got invalid dimensions for input: {name} for the following indices\n{lines} Please "
-            f"fix either the inputs/outputs or the model. (The compiled artifact is specialized to "
-            f"{_dims(plan.shape)}; symbolic dims of the ONNX model are fixed there.)")
+    check_input(name, plan.onnx.type, plan.shape, array,
+                note=f" (The compiled artifact is specialized to {_dims(plan.shape)}; symbolic dims of the ONNX "
+                     f"model are fixed there.)")
     if mode == "float":
         buf = np.ascontiguousarray(array, dtype=np.float32)
     elif plan.cast == "int64:int32":
@@ -439,32 +426,22 @@ class ForeignSession(ForeignBackendSession):
             return self._sess_options
         return super().get_session_options()
 
-    def run(self, session, output_names, input_feed, run_options=None) -> list:
+    def run(self, output_names, input_feed, run_options=None) -> list:
         """Run once: feeds → native buffers → one native call → outputs in the requested order.
 
-        ``output_names``/``input_feed`` are normally resolved and validated by the façade.
+        ``output_names``/``input_feed`` are resolved and validated against the ONNX inputs by the
+        façade (one validator, :func:`onnxwrapper.kernel.validate_feed`); here each buffer is checked
+        against the compiled graph's fixed dims (:func:`to_native`).
 
         Raises:
-            InvalidArgument: feed dims/dtypes the compiled graph cannot take; unknown outputs.
-            ValueError: missing inputs (ORT's message). BackendRunError: the runtime failed.
-            BackendError: the session was closed.
+            InvalidArgument: feed dims the compiled graph cannot take. BackendRunError: the runtime failed.
         """
-        if self._closed:
-            raise BackendError(f"This '{self._backend}' session was closed; create a new InferenceSession.",
-                               backend=self._backend)
         if run_options is not None and getattr(run_options, "terminate", False):
             raise C.Fail("[ONNXRuntimeError] : 1 : FAIL : Exiting due to terminate flag being set to true.")
-        names = list(output_names) if output_names else [o.name for o in self._outputs]
-        for n in names:
-            if n not in self._by_output:
-                raise C.InvalidArgument(f"{_INVALID_ARG}Invalid output name:{n}")
-        missing = [p.onnx.name for p in self._in.tensors if p.onnx.name not in input_feed]
-        if missing:
-            raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
         buffers: list = [None] * self._in.native_count
         for p in self._in.tensors:
             buffers[p.index] = to_native(p, np.asarray(input_feed[p.onnx.name]), self._in.mode)
-        wanted = [self._by_output[n] for n in names]
+        wanted = [self._by_output[n] for n in output_names]
         raw = self._invoke(buffers, wanted)
         return [from_native(p, raw[p.index], self._out.mode, self._backend) for p in wanted]
 
@@ -477,6 +454,7 @@ class ForeignSession(ForeignBackendSession):
         """Free native resources (called once by :meth:`close`)."""
 
     def close(self) -> None:
+        """Release the native resources (idempotent); the façade never runs a closed session."""
         if not self._closed:
             self._closed = True
             self._release()

@@ -4,15 +4,21 @@ A backend is a small class registered under the entry-point group ``onnxwrapper.
 (entry-point name = canonical backend name, e.g. ``qnn = onnxwrapper.backends.qnn:QnnBackend``).
 The façade (:class:`onnxwrapper.InferenceSession`) selects one, instantiates it with the
 validated ``backend_options`` and calls :meth:`Backend.open` with a :class:`SessionRequest`.
-``open`` returns a :class:`BackendSession` that the façade attaches to itself:
+``open`` returns a :class:`BackendSession`, which *describes itself* as data
+(:meth:`BackendSession.describe` → :class:`SessionDescription`); only the façade writes
+``onnxruntime.InferenceSession``'s state, in one place, and no backend method receives the façade:
 
-* :class:`OrtBackendSession` — the backend runs through ONNX Runtime (CPU, QNN EP, …). It names
-  the model, session options and providers for the real ``onnxruntime.InferenceSession``
-  constructor, so every ORT method works natively on the façade; it may override run methods
-  (e.g. to pick a shape specialization) and adjust what the session reports afterwards.
-* :class:`ForeignBackendSession` — the backend is not ONNX Runtime (qai_appbuilder, SNPE). It
-  supplies metadata and ``run``; every ORT method it cannot serve raises
+* ORT-executed sessions (CPU, QNN EP, …; :class:`OrtBackendSession`) name the model, session
+  options and providers for ORT's own constructor (:class:`OrtSessionArgs`), so every ORT method
+  works natively; they may serve run methods themselves (e.g. to pick a shape specialization).
+* Foreign sessions (qai_appbuilder, SNPE; :class:`ForeignBackendSession`) supply metadata
+  (:class:`ForeignIO`) and ``run``; every ORT method they cannot serve raises
   :class:`~onnxwrapper.errors.BackendCapabilityError`.
+
+A session also reports ``providers()``, ``provider_options()``, ``modelmeta()`` (``None`` = ORT's
+own) and ``partition()``; ``close()`` releases its resources (idempotent; the façade raises
+:class:`~onnxwrapper.errors.SessionClosedError` for every run afterwards). Feed validation, the
+closed check and run observers live once, in the façade's run path.
 
 Backend classes must not import their SDK at module import time: do it in :meth:`Backend.probe`
 and :meth:`Backend.open` (``import onnxwrapper`` stays cheap and quiet).
@@ -24,19 +30,27 @@ import abc
 import difflib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, ContextManager, Mapping, Sequence
 
-from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
+import onnxruntime
+
+from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, InternalError
+from onnxwrapper.kernel import ModelMetadataInfo
 
 __all__ = [
-    "did_you_mean",
+    "RUN_METHODS",
     "Availability",
-    "OptionSpec",
-    "SessionRequest",
     "Backend",
     "BackendSession",
-    "OrtBackendSession",
     "ForeignBackendSession",
+    "ForeignIO",
+    "OptionSpec",
+    "OrtBackendSession",
+    "OrtSessionArgs",
+    "SessionDescription",
+    "SessionRequest",
+    "capability_error",
+    "did_you_mean",
 ]
 
 
@@ -108,8 +122,9 @@ class SessionRequest:
         provider_options: as given to ORT, or ``None``.
         kwargs: the remaining ORT keyword arguments (``enable_fallback``, ``read_config_from_model``,
             ``disabled_optimizers``).
-        provider_backend_options: backend options taken from a ``(EP name, options)`` tuple in
-            ``providers`` that selected this backend (strings, as ORT would pass them).
+        ep_options: ``{execution provider name: {key: str}}`` parsed once, by backend selection,
+            from ``providers`` (``(name, options)`` tuples) and ``provider_options`` (the dict at the
+            same index as a provider name); for an EP named twice the first entry wins per key.
     """
 
     path_or_bytes: Any
@@ -117,7 +132,7 @@ class SessionRequest:
     providers: Any = None
     provider_options: Any = None
     kwargs: dict = field(default_factory=dict)
-    provider_backend_options: dict = field(default_factory=dict)
+    ep_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @property
     def model_path(self) -> str | None:
@@ -127,25 +142,139 @@ class SessionRequest:
         return None
 
 
-class BackendSession(abc.ABC):
-    """One open session of a backend, attached to exactly one façade ``InferenceSession``."""
+@dataclass(frozen=True)
+class OrtSessionArgs:
+    """How the façade builds ONNX Runtime's own session for an ORT-executed backend session.
 
-    #: run-method names a backend session may override; the façade routes them here when defined.
-    RUN_METHODS: ClassVar[tuple[str, ...]] = ("run", "run_with_ort_values", "run_with_iobinding", "run_async")
+    The façade calls ``onnxruntime.InferenceSession.__init__`` on itself with these arguments, so
+    every ORT method (``run``, IOBinding, profiling, …) is ORT's code on that session.
+
+    Attributes:
+        path_or_bytes: the model or compiled artifact (e.g. an EPContext model) to load.
+        sess_options, providers, provider_options, kwargs: as for ``onnxruntime.InferenceSession``.
+        guard: ``None`` or a zero-argument callable returning a context manager entered around ORT's
+            constructor (e.g. to keep native stdout noise off fd 1 and map ORT's
+            "Error creating execution provider" to a typed error).
+        read_assignment: True when the backend wants the loaded session's
+            ``get_provider_graph_assignment_info()`` (its session options must set
+            ``session.record_ep_graph_assignment_info=1``), handed to :meth:`BackendSession.loaded`.
+    """
+
+    path_or_bytes: Any
+    sess_options: Any = None
+    providers: Any = None
+    provider_options: Any = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    guard: Callable[[], ContextManager] | None = None
+    read_assignment: bool = False
+
+
+@dataclass(frozen=True)
+class ForeignIO:
+    """What a session that does not run through ONNX Runtime reports as ORT would.
+
+    Attributes:
+        inputs / outputs: ONNX-named metadata objects (``name``, ``type`` ORT string, ``shape``),
+            in model order (:class:`onnxwrapper.kernel.NodeArgInfo`).
+        overridable_initializers: initializers that may be fed (usually none).
+        sess_options: the ``SessionOptions`` reported by ``get_session_options()``.
+    """
+
+    inputs: Sequence[Any]
+    outputs: Sequence[Any]
+    overridable_initializers: Sequence[Any] = ()
+    sess_options: Any = None
+
+
+#: the ORT run methods a backend session may serve itself (see :attr:`SessionDescription.runs`)
+RUN_METHODS: tuple[str, ...] = ("run", "run_with_ort_values", "run_with_iobinding", "run_async")
+
+
+@dataclass(frozen=True)
+class SessionDescription:
+    """A backend session, described as data; the façade builds ORT's state from it.
+
+    Exactly one of :attr:`ort` and :attr:`foreign` is set.
+
+    Attributes:
+        ort: for sessions ONNX Runtime executes: how to build ORT's session (see
+            :class:`OrtSessionArgs`).
+        foreign: for sessions something else executes: the metadata to report (:class:`ForeignIO`).
+        runs: ``{run-method name: callable}`` for the methods of :data:`RUN_METHODS` the backend
+            serves itself, called with ORT's arguments (never the façade):
+            ``run(output_names, input_feed, run_options=None)``,
+            ``run_with_ort_values(output_names, input_dict_ort_values, run_options=None)``,
+            ``run_with_iobinding(iobinding, run_options=None)``,
+            ``run_async(output_names, input_feed, callback, user_data, run_options=None)``.
+            A method left out is ORT's own on ORT-executed sessions, and raises
+            :class:`~onnxwrapper.errors.BackendCapabilityError` on foreign ones.
+        validate_feeds: True when the façade must check feeds against the reported inputs (names,
+            element types, ranks, fixed dims; ORT's exception classes and messages, one validator:
+            :func:`onnxwrapper.kernel.validate_feed`) and resolve ``output_names`` (``None`` → all
+            outputs) before it calls a callable of :attr:`runs`; those then receive
+            ``{name: numpy.ndarray}`` and a ``list[str]``.
+    """
+
+    ort: OrtSessionArgs | None = None
+    foreign: ForeignIO | None = None
+    runs: Mapping[str, Callable] = field(default_factory=dict)
+    validate_feeds: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.ort is None) == (self.foreign is None):
+            raise InternalError("SessionDescription needs exactly one of 'ort' and 'foreign'")
+        unknown = sorted(set(self.runs) - set(RUN_METHODS))
+        if unknown:
+            raise InternalError(f"SessionDescription.runs has unknown run methods {unknown}; known: {RUN_METHODS}")
+
+
+class BackendSession(abc.ABC):
+    """One open session of a backend. It describes itself; only the façade writes ORT's state.
+
+    Life cycle: :meth:`Backend.open` returns it; the façade reads :meth:`describe` once, builds
+    ORT's session (or the foreign metadata) from it, calls :meth:`loaded` for ORT-executed sessions
+    that asked for the graph assignment, and from then on calls only the run callables of the
+    description, the reporting methods below, and :meth:`close`. No method receives the façade.
+    """
 
     @abc.abstractmethod
-    def attach(self, session) -> None:
-        """Initialise ``session`` (the façade) so that ORT's methods work on it.
+    def describe(self) -> SessionDescription:
+        """How to build and run this session (called once, by the façade's constructor)."""
 
-        Must be called exactly once, by the façade's constructor.
-        """
+    def loaded(self, graph_assignment) -> None:
+        """Called once after ORT built the session, when :attr:`OrtSessionArgs.read_assignment` is
+        True, with ORT's ``get_provider_graph_assignment_info()`` result; may raise (e.g.
+        :class:`~onnxwrapper.errors.PartitionError`). The default does nothing."""
+
+    def providers(self) -> list[str] | None:
+        """What ``get_providers()`` reports: the EPs (or runtimes) that run the graph, or ``None``
+        for ORT's own list. May change as the session runs (shape specializations)."""
+        return None
+
+    def provider_options(self) -> dict | None:
+        """What ``get_provider_options()`` reports, or ``None`` for ORT's own."""
+        return None
+
+    def modelmeta(self):
+        """What ``get_modelmeta()`` reports, or ``None`` for ORT's own (the loaded model's)."""
+        return None
+
+    def partition(self):
+        """Which execution provider runs each node: an :class:`onnxwrapper.kernel.PartitionReport`,
+        or ``None`` when the backend records none."""
+        return None
 
     def close(self) -> None:
-        """Release backend resources. Called at most once; the default does nothing."""
+        """Release the backend's resources (compiled sessions, specializations, native contexts).
+
+        Idempotent. The façade calls it from ``InferenceSession.close()`` and never runs the session
+        afterwards (its run methods raise :class:`~onnxwrapper.errors.SessionClosedError`). The
+        default releases nothing.
+        """
 
 
 class OrtBackendSession(BackendSession):
-    """A backend session executed by ONNX Runtime itself.
+    """A backend session executed by ONNX Runtime itself, with ORT's own run methods.
 
     Args:
         path_or_bytes: what to hand to ``onnxruntime.InferenceSession`` (the user's model, or a
@@ -153,65 +282,38 @@ class OrtBackendSession(BackendSession):
         sess_options: the ``SessionOptions`` to use (possibly a configured copy of the user's).
         providers, provider_options: as for ``onnxruntime.InferenceSession``.
         kwargs: ORT keyword arguments (e.g. ``{"enable_fallback": 0}``).
-
-    Subclasses may override :meth:`after_create` to check or adjust the created session (e.g.
-    make ``get_providers()`` truthful) and may define any of :attr:`RUN_METHODS` with the façade
-    as first argument, e.g. ``def run(self, session, output_names, input_feed, run_options=None)``.
     """
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
                  kwargs: Mapping[str, Any] | None = None) -> None:
-        self.path_or_bytes = path_or_bytes
-        self.sess_options = sess_options
-        self.providers = providers
-        self.provider_options = provider_options
-        self.kwargs = dict(kwargs or {})
+        self.ort_args = OrtSessionArgs(path_or_bytes, sess_options, providers, provider_options, dict(kwargs or {}))
 
-    def attach(self, session) -> None:
-        import onnxruntime
-
-        onnxruntime.InferenceSession.__init__(session, self.path_or_bytes, self.sess_options,
-                                              self.providers, self.provider_options, **self.kwargs)
-        self.after_create(session)
-
-    def after_create(self, session) -> None:
-        """Hook run right after ORT created the session; the default does nothing."""
+    def describe(self) -> SessionDescription:
+        """ORT's session from :attr:`ort_args`; every run method is ORT's own."""
+        return SessionDescription(ort=self.ort_args)
 
 
 class ForeignBackendSession(BackendSession):
     """A backend session that does not run through ONNX Runtime (qai_appbuilder, SNPE, …).
 
-    Subclasses implement :meth:`run` and the metadata methods. When
-    :attr:`validate_feeds_in_facade` is True (the default) the façade first checks the feed with
-    :func:`onnxwrapper.kernel._feeds.validate_feed` against :meth:`get_inputs` — raising exactly what ORT
-    raises for missing/unknown names, dtypes, ranks and dims, casting lists as ORT does — and
+    Subclasses implement :meth:`run` and the metadata methods. The façade first checks each feed
+    against :meth:`get_inputs` with :func:`onnxwrapper.kernel.validate_feed` — raising exactly what
+    ORT raises for missing/unknown names, dtypes, ranks and dims, casting lists as ORT does — and
     resolves ``output_names`` (``None`` → all outputs), so :meth:`run` receives clean arguments.
+    Every other run method raises :class:`~onnxwrapper.errors.BackendCapabilityError`.
     """
 
-    #: when True the façade checks names, dtypes, ranks and dims of feeds (ORT's messages) first.
-    validate_feeds_in_facade: ClassVar[bool] = True
-
-    def attach(self, session) -> None:
-        session._sess = None
-        session._model_path = None
-        session._model_bytes = None
-        session._sess_options = self.get_session_options()
-        session._sess_options_initial = session._sess_options
-        session._enable_fallback = False
-        session._inputs_meta = list(self.get_inputs())
-        session._outputs_meta = list(self.get_outputs())
-        session._overridable_initializers = list(self.get_overridable_initializers())
-        session._model_meta = self.get_modelmeta()
-        session._providers = list(self.get_providers())
-        session._provider_options = dict(self.get_provider_options())
-        session._profiling_start_time_ns = 0
+    def describe(self) -> SessionDescription:
+        """Foreign metadata from the ``get_*`` methods, ``run`` = :meth:`run`, feeds validated."""
+        io = ForeignIO(list(self.get_inputs()), list(self.get_outputs()), list(self.get_overridable_initializers()),
+                       self.get_session_options())
+        return SessionDescription(foreign=io, runs={"run": self.run}, validate_feeds=True)
 
     @abc.abstractmethod
-    def run(self, session, output_names, input_feed, run_options=None) -> list:
+    def run(self, output_names, input_feed, run_options=None) -> list:
         """Run one inference.
 
         Args:
-            session: the façade ``InferenceSession``.
             output_names: ``list[str]``, already resolved and checked (never ``None``).
             input_feed: ``{name: numpy.ndarray}`` validated against :meth:`get_inputs` (dtype,
                 rank, fixed dims); arrays may be non-contiguous.
@@ -235,9 +337,7 @@ class ForeignBackendSession(BackendSession):
         return []
 
     def get_modelmeta(self):
-        """A metadata object with ORT's ``ModelMetadata`` attributes; see :class:`onnxwrapper.ModelMetadataInfo`."""
-        from onnxwrapper.kernel._metadata import ModelMetadataInfo
-
+        """A metadata object with ORT's ``ModelMetadata`` attributes (:class:`onnxwrapper.kernel.ModelMetadataInfo`)."""
         return ModelMetadataInfo()
 
     @abc.abstractmethod
@@ -250,17 +350,25 @@ class ForeignBackendSession(BackendSession):
 
     def get_session_options(self):
         """The ``SessionOptions`` reported by ``get_session_options()``; a fresh default one."""
-        import onnxruntime
-
         return onnxruntime.SessionOptions()
 
-    def unsupported(self, method: str, backend: str) -> BackendCapabilityError:
-        """Build the error for an ORT method this backend cannot serve."""
-        return BackendCapabilityError(
-            f"InferenceSession.{method}() is not supported by backend '{backend}': it does not run "
-            f"through ONNX Runtime. Use run() instead, or choose backend='cpu' or 'qnn' for this feature.",
-            backend=backend,
-        )
+    def providers(self) -> list[str]:
+        return list(self.get_providers())
+
+    def provider_options(self) -> dict:
+        return dict(self.get_provider_options())
+
+    def modelmeta(self):
+        return self.get_modelmeta()
+
+
+def capability_error(method: str, backend: str) -> BackendCapabilityError:
+    """The error for an ORT method a foreign backend does not serve (raised by the façade)."""
+    return BackendCapabilityError(
+        f"InferenceSession.{method}() is not supported by backend '{backend}': it does not run "
+        f"through ONNX Runtime. Use run() instead, or choose backend='cpu' or 'qnn' for this feature.",
+        backend=backend,
+    )
 
 
 class Backend(abc.ABC):

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import onnxruntime as _onnxruntime
 
-from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
 from onnxwrapper._registry import BackendInfo, get_available_backends
 from onnxwrapper._session import InferenceSession, add_run_observer
-from onnxwrapper.kernel._version import __version__
+from onnxwrapper.kernel import NodeAssignment, PartialOffloadWarning, PartitionReport, __version__
 from onnxwrapper.errors import (
     ArtifactError,
     BackendCapabilityError,
@@ -36,6 +35,7 @@ from onnxwrapper.errors import (
     BackendValidationError,
     OnnxwrapperError,
     PartitionError,
+    SessionClosedError,
 )
 
 _OWN = [
@@ -58,6 +58,7 @@ _OWN = [
     "BackendRunError",
     "PartitionError",
     "ArtifactError",
+    "SessionClosedError",
 ]
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from onnxwrapper.errors import BackendUnavailableError
 
-__all__ = ["Selection", "select_backend", "provider_names", "require_available"]
+__all__ = ["Selection", "select_backend", "provider_names", "provider_ep_options", "require_available"]
 
 _log = logging.getLogger("onnxwrapper")
 ENV_BACKEND = "ONNXWRAPPER_BACKEND"
@@ -36,31 +36,52 @@ class Selection:
         name: canonical backend name.
         source: ``"argument"``, ``"providers"``, ``"environment"`` or ``"auto"``.
         reason: one human sentence explaining the choice.
-        provider_options: options from a ``(EP, options)`` tuple that selected the backend.
+        provider_options: options of the provider entry that selected the backend (``None`` unless
+            ``source == "providers"`` and that entry had options).
+        ep_options: ``{EP name: {key: str}}`` for every provider entry with options (see
+            :func:`provider_ep_options`): ``providers`` is parsed here once, and the backend
+            receives this as ``SessionRequest.ep_options``.
     """
 
     name: str
     source: str
     reason: str
     provider_options: Mapping[str, str] | None = None
+    ep_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
-def provider_names(providers) -> list[tuple[str, dict | None]]:
-    """``providers`` as ``[(name, options or None)]``; anything ORT would reject is skipped here
-    (ORT itself reports it later with its own message)."""
-    result = []
+def provider_names(providers, provider_options=None) -> list[tuple[str, dict | None]]:
+    """``providers`` as ``[(name, options or None)]``, the one parser of ORT's provider arguments.
+
+    Options come from a ``(name, options)`` tuple or from the dict at the same index of
+    ``provider_options`` (ORT's two forms); values become ``str`` as ORT passes them. Anything ORT
+    would reject is skipped here (ORT itself reports it later with its own message).
+    """
+    result: list[tuple[str, dict | None]] = []
     if providers is None or isinstance(providers, (str, bytes)):
         return result
     try:
         items = list(providers)
     except TypeError:
         return result
-    for item in items:
+    extra = list(provider_options) if isinstance(provider_options, (list, tuple)) else []
+    for index, item in enumerate(items):
         if isinstance(item, str):
-            result.append((item, None))
+            options = extra[index] if index < len(extra) and isinstance(extra[index], dict) else None
+            result.append((item, None if options is None else {str(k): str(v) for k, v in options.items()}))
         elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], dict):
             result.append((item[0], {str(k): str(v) for k, v in item[1].items()}))
     return result
+
+
+def provider_ep_options(parsed: list[tuple[str, dict | None]]) -> dict[str, dict[str, str]]:
+    """``{EP name: options}`` of :func:`provider_names` output; an EP named twice merges its
+    options, the first entry winning per key."""
+    merged: dict[str, dict[str, str]] = {}
+    for name, options in reversed(parsed):
+        if options is not None:
+            merged[name] = {**merged.get(name, {}), **options}
+    return merged
 
 
 def require_available(registry, name: str, how: str) -> None:
@@ -84,12 +105,13 @@ def require_available(registry, name: str, how: str) -> None:
             backend=name, reason=av.reason, install_hint=av.install_hint)
 
 
-def select_backend(requested, providers, env: Mapping[str, str], registry) -> Selection:
+def select_backend(requested, providers, env: Mapping[str, str], registry, provider_options=None) -> Selection:
     """Choose the backend for one session.
 
     Args:
         requested: the ``backend=`` argument (``str`` or ``None``).
         providers: the ``providers=`` argument as given to ORT.
+        provider_options: the ``provider_options=`` argument as given to ORT.
         env: environment mapping (``os.environ``), read for ``ONNXWRAPPER_BACKEND``.
         registry: a :class:`~onnxwrapper._registry.BackendRegistry`.
 
@@ -97,12 +119,18 @@ def select_backend(requested, providers, env: Mapping[str, str], registry) -> Se
         BackendNotFoundError: an explicit name is unknown.
         BackendUnavailableError: an explicit backend cannot run here.
     """
+    parsed = provider_names(providers, provider_options)
+    selection = _select(requested, parsed, env, registry)
+    return replace(selection, ep_options=provider_ep_options(parsed))
+
+
+def _select(requested, parsed, env: Mapping[str, str], registry) -> Selection:
     if requested is not None:
         name = registry.resolve(requested)
         require_available(registry, name, f"backend={requested!r}")
         return Selection(name, "argument", f"backend={requested!r} was passed")
 
-    for ep, options in provider_names(providers):
+    for ep, options in parsed:
         name = registry.backend_for_provider(ep)
         if name is None:
             continue
@@ -112,7 +140,7 @@ def select_backend(requested, providers, env: Mapping[str, str], registry) -> Se
         warnings.warn(
             f"Provider '{ep}' belongs to backend '{name}', which is not available here: "
             f"{av.reason}.{(' ' + av.install_hint + '.') if av.install_hint else ''} "
-            f"Trying the next provider, as onnxruntime does.", UserWarning, stacklevel=4)
+            f"Trying the next provider, as onnxruntime does.", UserWarning, stacklevel=5)
 
     env_name = (env.get(ENV_BACKEND) or "").strip()
     if env_name and env_name.lower() != "auto":

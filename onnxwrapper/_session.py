@@ -1,28 +1,38 @@
 """``onnxwrapper.InferenceSession``: onnxruntime's InferenceSession, dispatched to a backend.
 
 The class subclasses ``onnxruntime.InferenceSession`` so ``isinstance`` checks in user code hold.
-On ORT-based backends (``cpu``, ``qnn``) the real ORT constructor initialises the object with
-the arguments the backend prepared, so every ORT method (``run``, ``run_with_ort_values``,
-``io_binding``, ``get_inputs``, …) is ORT's own code; a backend may route run methods through
-itself. Foreign backends (qai_appbuilder, SNPE) serve ``run`` and metadata and raise
+The backend session describes itself (:class:`onnxwrapper.backends.base.SessionDescription`);
+the façade writes ORT's state from that description in one place, :meth:`InferenceSession._ow_ort_state`:
+on ORT-executed backends (``cpu``, ``qnn``) ORT's own constructor initialises the object, so every
+ORT method (``run``, ``run_with_ort_values``, ``io_binding``, ``get_inputs``, …) is ORT's code;
+foreign backends (qai_appbuilder, SNPE) serve ``run`` and metadata and raise
 :class:`~onnxwrapper.errors.BackendCapabilityError` for the rest.
+
+One run path, as Polygraphy's ``BaseRunner.infer`` → ``infer_impl``: every run method goes
+through :meth:`InferenceSession._ow_call` — closed check, feed validation when the backend asks
+for it (one validator, :func:`onnxwrapper.kernel.validate_feed`), the backend's run callable,
+then the run observers. While no observer is registered, ``run`` of a session whose run is ORT's
+own is ORT's bound method itself (an instance attribute): zero added cost per call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+import warnings
 import weakref
 from typing import Callable
 
 import onnxruntime
 
-from onnxwrapper.kernel._feeds import check_output_names, validate_feed
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import select_backend
-from onnxwrapper.errors import BackendCapabilityError
+from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
+from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
+from onnxwrapper.kernel import check_output_names, validate_feed, validate_ort_values
 
 __all__ = ["InferenceSession", "add_run_observer"]
 
@@ -98,18 +108,16 @@ class InferenceSession(_ORT):
     Attributes:
         backend_name: canonical name of the backend that runs this session.
         backend_selection: the :class:`~onnxwrapper._selection.Selection` with its reason.
+        backend_session: the backend's session object (see :mod:`onnxwrapper.backends.base`).
     """
 
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, *,
                  backend: str | None = None, backend_options: dict | None = None, **kwargs) -> None:
-        from onnxwrapper.backends.base import ForeignBackendSession, SessionRequest
-
         registry = default_registry()
-        selection = select_backend(backend, providers, os.environ, registry)
-        cls = registry.get(selection.name)
-        instance = cls(backend_options)
+        selection = select_backend(backend, providers, os.environ, registry, provider_options)
+        instance = registry.get(selection.name)(backend_options)
         request = SessionRequest(path_or_bytes, sess_options, providers, provider_options, dict(kwargs),
-                                 dict(selection.provider_options or {}))
+                                 selection.ep_options)
         self._ow_closed = False
         self._ow_request = request  # what the user asked for (the model as given), e.g. for capture
         self.backend_name = selection.name
@@ -118,50 +126,107 @@ class InferenceSession(_ORT):
         self._ow_backend_session = None
         backend_session = instance.open(request)
         self._ow_backend_session = backend_session
-        self._ow_foreign = isinstance(backend_session, ForeignBackendSession)
-        backend_session.attach(self)
-        self._ow_bind_run_methods(backend_session)
-        if type(self).run is InferenceSession.run:  # a subclass overriding run() keeps its own
+        try:
+            description = backend_session.describe()
+            self._ow_ort_state(description)
+        except BaseException:
+            backend_session.close()
+            raise
+        self._ow_bind(description)
+        _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
+
+    # -- ORT's state: written here only --------------------------------------------------------------
+    def _ow_ort_state(self, description: SessionDescription | None) -> None:
+        """The only code that writes ``onnxruntime.InferenceSession``'s state on this object.
+
+        With a description: ORT-executed sessions run ORT's own constructor with
+        ``description.ort`` (inside the backend's guard) and hand the graph assignment to
+        ``BackendSession.loaded`` when asked; foreign sessions get ORT's attributes from
+        ``description.foreign`` so ORT's inherited getters work. With ``None`` (``close()``): the
+        ORT session is released.
+        """
+        if description is None:
+            self._sess = None
+            return
+        ort, foreign = description.ort, description.foreign
+        self._ow_foreign = foreign is not None
+        if ort is not None:
+            with (ort.guard() if ort.guard is not None else _no_guard()):
+                _ORT.__init__(self, ort.path_or_bytes, ort.sess_options, ort.providers, ort.provider_options,
+                              **dict(ort.kwargs))
+            if ort.read_assignment:
+                self._ow_backend_session.loaded(_ORT.get_provider_graph_assignment_info(self))
+            return
+        backend_session = self._ow_backend_session
+        self._sess = None
+        self._model_path = None
+        self._model_bytes = None
+        self._sess_options = foreign.sess_options if foreign.sess_options is not None else onnxruntime.SessionOptions()
+        self._sess_options_initial = self._sess_options
+        self._enable_fallback = False
+        self._inputs_meta = list(foreign.inputs)
+        self._outputs_meta = list(foreign.outputs)
+        self._overridable_initializers = list(foreign.overridable_initializers)
+        self._model_meta = backend_session.modelmeta()
+        self._providers = list(backend_session.providers() or [])
+        self._provider_options = dict(backend_session.provider_options() or {})
+        self._profiling_start_time_ns = 0
+
+    # -- the run path ------------------------------------------------------------------------------
+    def _ow_bind(self, description: SessionDescription) -> None:
+        impls = {}
+        for method in RUN_METHODS:
+            impl = description.runs.get(method)
+            if impl is None:
+                impl = self._ow_unsupported(method) if self._ow_foreign else getattr(super(), method)
+            impls[method] = impl
+        self._ow_impls = impls
+        #: run methods whose feeds the façade validates: the backend's own callables, when it asks
+        self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()
+        # with no observer, ``run`` may be ORT's bound run itself: nothing to check or validate
+        self._ow_fast = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
+                         and type(self).run is InferenceSession.run)  # a subclass overriding run() keeps its own
+        if self._ow_fast:
             with _observers_lock:
                 _FAST_PATH_SESSIONS.add(self)
                 self._ow_set_fast_path(not _RUN_OBSERVERS)
-        _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
-
-    # -- dispatch --------------------------------------------------------------------------------
-    def _ow_bind_run_methods(self, backend_session) -> None:
-        for method in backend_session.RUN_METHODS:
-            impl = getattr(type(backend_session), method, None)
-            if method == "run" and self._ow_foreign and backend_session.validate_feeds_in_facade:
-                self._ow_run = self._ow_validated_foreign_run
-            elif impl is not None:
-                bound = getattr(backend_session, method)
-                setattr(self, "_ow_" + method, lambda *a, _b=bound, **k: _b(self, *a, **k))
-            elif self._ow_foreign:
-                setattr(self, "_ow_" + method, self._ow_unsupported(method))
-            else:
-                setattr(self, "_ow_" + method, getattr(super(), method))
-
-    def _ow_validated_foreign_run(self, output_names, input_feed, run_options=None):
-        arrays = validate_feed(self._inputs_meta, input_feed, output_names, self._outputs_meta)
-        names = check_output_names(output_names, self._outputs_meta)
-        return self._ow_backend_session.run(self, names, arrays, run_options)
 
     def _ow_set_fast_path(self, enabled: bool) -> None:
-        # With no run observer, ``session.run`` is the backend's run itself (an instance
-        # attribute shadowing the class method): zero added cost per call on the cpu backend.
-        if enabled:
-            self.__dict__["run"] = self._ow_run
+        # With no run observer, ``session.run`` is ORT's run itself (an instance attribute
+        # shadowing the class method): zero added cost per call.
+        if enabled and self._ow_fast and not self._ow_closed:
+            self.__dict__["run"] = self._ow_impls["run"]
         else:
             self.__dict__.pop("run", None)
 
     def _ow_unsupported(self, method: str):
         def raise_unsupported(*args, **kwargs):
-            raise self._ow_backend_session.unsupported(method, self.backend_name)
+            raise capability_error(method, self.backend_name)
         return raise_unsupported
 
-    def _ow_require_ort(self, method: str) -> None:
-        if self._ow_foreign:
-            raise self._ow_backend_session.unsupported(method, self.backend_name)
+    def _ow_check_open(self, method: str) -> None:
+        if self._ow_closed:
+            raise SessionClosedError(
+                f"InferenceSession.{method}() on backend '{self.backend_name}': the session was closed with close(); "
+                f"create a new InferenceSession.", backend=self.backend_name)
+
+    def _ow_call(self, method: str, output_names, feed, args: tuple, notify_feed=None):
+        """Closed check → feed validation (when the backend asks) → backend run → observers."""
+        self._ow_check_open(method)
+        names, given = output_names, feed
+        if method in self._ow_validate:
+            if method == "run_with_ort_values":
+                validate_ort_values(self._inputs_meta, feed, output_names, self._outputs_meta)
+            else:
+                feed = validate_feed(self._inputs_meta, feed, output_names, self._outputs_meta)
+            names = check_output_names(output_names, self._outputs_meta)
+        impl = self._ow_impls[method]
+        if not _RUN_OBSERVERS or method == "run_async":
+            return impl(names, feed, *args)
+        start = time.perf_counter()
+        outputs = impl(names, feed, *args)
+        _notify(self, method, output_names, given, args[-1], outputs, time.perf_counter() - start)
+        return outputs
 
     def run(self, output_names, input_feed, run_options=None):
         """Compute outputs, exactly as ``onnxruntime.InferenceSession.run``.
@@ -177,41 +242,56 @@ class InferenceSession(_ORT):
 
         Raises:
             ORT's classes for bad feeds (``ValueError`` for missing inputs, ``InvalidArgument``
-            for unknown names, dtypes, ranks, dims).
+            for unknown names, dtypes, ranks, dims); :class:`~onnxwrapper.errors.SessionClosedError`
+            after :meth:`close`.
         """
-        if not _RUN_OBSERVERS:
-            return self._ow_run(output_names, input_feed, run_options)
-        start = time.perf_counter()
-        outputs = self._ow_run(output_names, input_feed, run_options)
-        _notify(self, "run", output_names, input_feed, run_options, outputs, time.perf_counter() - start)
-        return outputs
+        return self._ow_call("run", output_names, input_feed, (run_options,))
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """As ``onnxruntime.InferenceSession.run_with_ort_values``: ``{name: OrtValue}`` in,
         ``list[OrtValue]`` out."""
-        if not _RUN_OBSERVERS:
-            return self._ow_run_with_ort_values(output_names, input_dict_ort_values, run_options)
-        start = time.perf_counter()
-        outputs = self._ow_run_with_ort_values(output_names, input_dict_ort_values, run_options)
-        _notify(self, "run_with_ort_values", output_names, input_dict_ort_values, run_options, outputs,
-                time.perf_counter() - start)
-        return outputs
+        return self._ow_call("run_with_ort_values", output_names, input_dict_ort_values, (run_options,))
 
     def run_with_iobinding(self, iobinding, run_options=None):
         """As ``onnxruntime.InferenceSession.run_with_iobinding``."""
+        self._ow_check_open("run_with_iobinding")
+        impl = self._ow_impls["run_with_iobinding"]
         if not _RUN_OBSERVERS:
-            return self._ow_run_with_iobinding(iobinding, run_options)
+            return impl(iobinding, run_options)
         start = time.perf_counter()
-        result = self._ow_run_with_iobinding(iobinding, run_options)
+        result = impl(iobinding, run_options)
         _notify(self, "run_with_iobinding", None, iobinding, run_options, result, time.perf_counter() - start)
         return result
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """As ``onnxruntime.InferenceSession.run_async``: ``callback(results, user_data, err)``
         is called from an ORT thread; ``err`` is ``""`` on success."""
-        return self._ow_run_async(output_names, input_feed, callback, user_data, run_options)
+        return self._ow_call("run_async", output_names, input_feed, (callback, user_data, run_options))
+
+    # -- what the backend reports ------------------------------------------------------------------
+    def get_providers(self):
+        """As ORT: the execution providers that run the graph (the backend's report where it keeps
+        one, e.g. only the EPs that were assigned nodes, QNN first)."""
+        providers = self._ow_backend_session.providers()
+        return list(providers) if providers is not None else super().get_providers()
+
+    def get_provider_options(self):
+        """As ORT: options per provider (the backend's report where it keeps one)."""
+        options = self._ow_backend_session.provider_options()
+        return dict(options) if options is not None else super().get_provider_options()
+
+    def get_modelmeta(self):
+        """As ORT: the model's metadata — the original ONNX model's, also for compiled artifacts."""
+        meta = self._ow_backend_session.modelmeta()
+        return meta if meta is not None else super().get_modelmeta()
 
     # -- onnxwrapper additions --------------------------------------------------------------------
+    @property
+    def backend_session(self):
+        """The backend's :class:`onnxwrapper.backends.base.BackendSession` serving this session
+        (read-only; its ``partition()`` outlives this object, e.g. for exit reports)."""
+        return self._ow_backend_session
+
     def get_partition(self):
         """Which execution provider runs each node, as recorded by the backend.
 
@@ -220,16 +300,30 @@ class InferenceSession(_ORT):
             reasons where the backend knows them), or ``None`` when the backend records none (the
             ``cpu`` backend runs what ORT runs and records nothing).
         """
-        partition = getattr(self._ow_backend_session, "partition", None)
-        return partition() if callable(partition) else None
+        return self._ow_backend_session.partition()
 
     def close(self) -> None:
-        """Release backend resources now instead of at garbage collection (idempotent)."""
-        if not self._ow_closed and self._ow_backend_session is not None:
-            self._ow_closed = True
-            self._ow_backend_session.close()
+        """Release the backend's resources now instead of at garbage collection.
+
+        Releases ORT's session, compiled shape specializations and native contexts. Idempotent.
+        Afterwards every run method (and every ORT method that needs the session) raises
+        :class:`~onnxwrapper.errors.SessionClosedError`; metadata getters keep working.
+        """
+        if self._ow_closed or self._ow_backend_session is None:
+            return
+        self._ow_closed = True
+        with _observers_lock:
+            _FAST_PATH_SESSIONS.discard(self)
+            self._ow_set_fast_path(False)
+        self._ow_backend_session.close()
+        self._ow_ort_state(None)
 
     # -- ORT methods that need a real ORT session ------------------------------------------------
+    def _ow_require_ort(self, method: str) -> None:
+        self._ow_check_open(method)
+        if self._ow_foreign:
+            raise capability_error(method, self.backend_name)
+
     def io_binding(self):
         """As ``onnxruntime.InferenceSession.io_binding`` (ORT-based backends only)."""
         self._ow_require_ort("io_binding")
@@ -239,19 +333,18 @@ class InferenceSession(_ORT):
         """As ORT on the ``cpu`` backend. On an NPU backend changing providers would silently
         move the model elsewhere, so it raises :class:`~onnxwrapper.errors.BackendCapabilityError`:
         create a new session with ``backend=`` instead."""
-        if self._ow_foreign or getattr(self._ow_backend, "npu", False):
+        if self._ow_foreign or self._ow_backend.npu:
             raise BackendCapabilityError(
                 f"set_providers() would move this session off backend '{self.backend_name}'. "
                 f"Create a new InferenceSession with backend='cpu' (or another backend) instead.",
                 backend=self.backend_name)
+        self._ow_check_open("set_providers")
         return super().set_providers(providers, provider_options)
 
     def enable_fallback(self) -> None:
         """As ORT on the ``cpu`` backend. NPU backends never fall back to CPU silently: there the
         call is ignored with a warning and run errors are raised."""
-        if getattr(self._ow_backend, "npu", False):
-            import warnings
-
+        if self._ow_backend.npu:
             warnings.warn(f"enable_fallback() is ignored on backend '{self.backend_name}': onnxwrapper "
                           f"never moves an NPU session to CPU silently; errors are raised instead.",
                           UserWarning, stacklevel=2)
@@ -273,3 +366,8 @@ class InferenceSession(_ORT):
         """As ORT; foreign backends raise :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         self._ow_require_ort("get_provider_graph_assignment_info")
         return super().get_provider_graph_assignment_info()
+
+
+@contextlib.contextmanager
+def _no_guard():
+    yield

@@ -18,6 +18,7 @@ Hierarchy::
     │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
     │   │   ├── BackendConfigConflictError    (also RuntimeError) process-global config clash
     │   │   ├── BackendRunError               (also onnxruntime EPFail) the native runtime failed
+    │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   └── ArtifactError                     .path: compiled artifact or cache entry problems
     └── InternalError                         a broken invariant inside onnxwrapper (a bug:
@@ -27,6 +28,7 @@ Hierarchy::
 from __future__ import annotations
 
 from onnxruntime.capi.onnxruntime_pybind11_state import EPFail as _OrtEPFail
+from onnxruntime.capi.onnxruntime_pybind11_state import Fail as _OrtFail
 
 __all__ = [
     "OnnxwrapperError",
@@ -38,6 +40,7 @@ __all__ = [
     "BackendCapabilityError",
     "BackendConfigConflictError",
     "BackendRunError",
+    "SessionClosedError",
     "PartitionError",
     "ArtifactError",
     "InternalError",
@@ -122,6 +125,15 @@ class BackendRunError(BackendError, _OrtEPFail):
     Also onnxruntime's ``EPFail`` — the class ORT raises when an execution provider fails — so
     ``except EPFail`` in user code keeps working. Messages start with ORT's
     ``[ONNXRuntimeError] : 11 : EP_FAIL : `` prefix.
+    """
+
+
+class SessionClosedError(BackendError, _OrtFail):
+    """A run method (or an ORT method that needs the session) was called after
+    ``InferenceSession.close()``, which released the backend's resources.
+
+    Also onnxruntime's ``Fail`` (ORT's generic failure class; ORT itself has no ``close()``), so
+    ``except Fail`` keeps working. Create a new ``InferenceSession`` to run the model again.
     """
 
 

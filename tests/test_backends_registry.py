@@ -53,7 +53,7 @@ class FakeForeignSession(ForeignBackendSession):
         self.meta = modelmeta_from_onnx(model)
         self.calls = []
 
-    def run(self, session, output_names, input_feed, run_options=None):
+    def run(self, output_names, input_feed, run_options=None):
         self.calls.append((output_names, {k: v.dtype for k, v in input_feed.items()}))
         return [np.ascontiguousarray(input_feed["X"]) * X]
 

@@ -30,20 +30,28 @@ import os
 import signal
 
 import numpy as np
-import onnxruntime
+from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession as ORT_SESSION
 
-from onnxwrapper.backends.base import Availability, Backend, OptionSpec, OrtBackendSession
+from onnxwrapper.backends.base import Availability, Backend, OptionSpec, OrtBackendSession, SessionDescription
 
 
 class _PerturbSession(OrtBackendSession):
+    """ORT's session on the façade for metadata; runs on a helper ORT session, then perturbed."""
+
     def __init__(self, config, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.config = config
+        args = self.ort_args
+        self._helper = ORT_SESSION(args.path_or_bytes, args.sess_options, args.providers, args.provider_options,
+                                   **dict(args.kwargs))
 
-    def run(self, session, output_names, input_feed, run_options=None):
+    def describe(self):
+        return SessionDescription(ort=self.ort_args, runs={"run": self.run})
+
+    def run(self, output_names, input_feed, run_options=None):
         if self.config["crash"]:
             os.kill(os.getpid(), signal.SIGSEGV)
-        outs = onnxruntime.InferenceSession.run(session, output_names, input_feed, run_options)
+        outs = self._helper.run(output_names, input_feed, run_options)
         result = []
         for out in outs:
             if isinstance(out, np.ndarray) and out.dtype.kind == "f":

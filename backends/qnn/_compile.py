@@ -17,11 +17,12 @@ ORT's own ``ep_compatibility_info.QNNExecutionProvider`` entry is moved to the c
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from onnxwrapper.kernel._cache import ArtifactCache, CacheEntry, make_key
 from onnxwrapper.kernel._partition import PartitionReport
@@ -29,7 +30,7 @@ from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, na
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
-           "create_qnn_session",
+           "qnn_creation_guard", "create_qnn_session",
            "generate_epcontext", "compile_cache_key", "cached_compile", "copy_model_metadata", "DLC_EP_OPTIONS",
            "qnn_ir_backend_path", "dump_dlc"]
 
@@ -78,6 +79,21 @@ def ep_creation_error(exc: RuntimeError) -> BackendUnavailableError | None:
         f"QNN options (or run with backend='cpu').", backend="qnn", reason=str(exc))
 
 
+@contextlib.contextmanager
+def qnn_creation_guard() -> Iterator[None]:
+    """Around ORT's constructor of a QNN session: :func:`native_stdout_guard`, and ORT's
+    "Error creating execution provider" mapped to :class:`~onnxwrapper.errors.BackendUnavailableError`
+    (see :func:`ep_creation_error`), chained to ORT's error."""
+    with native_stdout_guard():
+        try:
+            yield
+        except RuntimeError as exc:
+            mapped = ep_creation_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+
 def create_qnn_session(model, so, kwargs: Mapping[str, Any] | None = None):
     """``onnxruntime.InferenceSession(model, so, enable_fallback=0, …)`` with the native stdout guard.
 
@@ -88,14 +104,8 @@ def create_qnn_session(model, so, kwargs: Mapping[str, Any] | None = None):
     """
     args = dict(kwargs or {})
     args["enable_fallback"] = 0
-    with native_stdout_guard():
-        try:
-            return ort_session_class()(model, so, **args)
-        except RuntimeError as exc:
-            mapped = ep_creation_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+    with qnn_creation_guard():
+        return ort_session_class()(model, so, **args)
 
 
 def copy_model_metadata(ctx_path: str, original) -> str | None:

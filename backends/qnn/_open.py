@@ -40,20 +40,10 @@ __all__ = ["open_session", "request_ep_options"]
 
 def request_ep_options(request) -> dict[str, str]:
     """Raw QNN EP options carried by a request, lowest precedence first: the user's SessionOptions
-    entries ``ep.qnnexecutionprovider.*``; a ``("QNNExecutionProvider", {...})`` item of
-    ``providers`` or ``provider_options[i]`` for ``providers[i] == "QNNExecutionProvider"``
-    (whether or not ``backend=`` was given too); the options the backend selection extracted."""
-    from_providers: dict = {}
-    providers, options = request.providers, request.provider_options
-    if isinstance(providers, (list, tuple)):
-        for index, item in enumerate(providers):
-            if isinstance(item, tuple) and len(item) == 2 and item[0] == EP_NAME and isinstance(item[1], dict):
-                from_providers = item[1]
-            elif item == EP_NAME and isinstance(options, (list, tuple)) and index < len(options) \
-                    and isinstance(options[index], dict):
-                from_providers = options[index]
-    return merge_raw_options(user_qnn_ep_options(request.sess_options), from_providers,
-                             request.provider_backend_options)
+    entries ``ep.qnnexecutionprovider.*``, then the ``QNNExecutionProvider`` options of
+    ``providers``/``provider_options`` (parsed once by backend selection: ``request.ep_options``),
+    whether or not ``backend=`` was given too."""
+    return merge_raw_options(user_qnn_ep_options(request.sess_options), request.ep_options.get(EP_NAME))
 
 
 def _label(source) -> str:

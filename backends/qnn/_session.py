@@ -22,20 +22,16 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-import numpy as np
-
-from onnxwrapper.kernel._partition import PartialOffloadWarning, PartitionReport
-from onnxwrapper.kernel._shapes import shapes_note
-from onnxwrapper.backends.qnn._compile import ep_creation_error
-from onnxwrapper.backends.qnn._runtime import EP_NAME, native_stdout_guard
-from onnxwrapper.backends.base import OrtBackendSession
+from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
+from onnxwrapper.backends.qnn._compile import qnn_creation_guard
+from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
+from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, shapes_note
 
 __all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition"]
 
@@ -103,11 +99,12 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
 _IO_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
-class QnnStaticSession(OrtBackendSession):
-    """Façade = ORT session of an EPContext model with the QNN EP.
+class QnnStaticSession(BackendSession):
+    """ORT's session of an EPContext model with the QNN EP; every run method is ORT's own.
 
     Args:
-        ctx_path: EPContext model to load. sess_options: configured copy with the QNN EP added.
+        ctx_path: EPContext model to load. sess_options: configured copy with the QNN EP added (with
+            ``session.record_ep_graph_assignment_info=1``).
         kwargs: ORT keyword arguments (``enable_fallback`` forced to 0).
         report: partition from compile/cache, or ``None`` to read it from the loaded session
             (precompiled artifacts). strict: raise on CPU nodes. label: model name for messages.
@@ -118,9 +115,8 @@ class QnnStaticSession(OrtBackendSession):
 
     def __init__(self, ctx_path: str, sess_options, kwargs: Mapping[str, Any], *, report: PartitionReport | None,
                  strict: bool, label: str, warn_key: str, artifact: ArtifactInfo, model_meta=None) -> None:
-        args = dict(kwargs)
-        args["enable_fallback"] = 0
-        super().__init__(ctx_path, sess_options, None, None, args)
+        self.ort_args = OrtSessionArgs(ctx_path, sess_options, None, None, dict(kwargs, enable_fallback=0),
+                                       guard=qnn_creation_guard, read_assignment=True)
         self.report = report
         self.strict = strict
         self.label = label
@@ -128,31 +124,30 @@ class QnnStaticSession(OrtBackendSession):
         self.artifacts = [artifact]
         self.model_meta = model_meta
 
-    def attach(self, session) -> None:
-        start = time.perf_counter()
-        with native_stdout_guard():
-            try:
-                super().attach(session)
-            except RuntimeError as exc:
-                mapped = ep_creation_error(exc)
-                if mapped is None:
-                    raise
-                raise mapped from exc
-        _log.debug("onnxwrapper qnn: loaded %s in %.3f s", self.path_or_bytes, time.perf_counter() - start)
+    def describe(self) -> SessionDescription:
+        """ORT's session of the EPContext model; the graph assignment is read back (:meth:`loaded`)."""
+        return SessionDescription(ort=self.ort_args)
 
-    def after_create(self, session) -> None:
+    def loaded(self, graph_assignment) -> None:
+        """Read the partition of a precompiled artifact; refuse a session QNN took no node of;
+        warn once (or raise under ``strict``) when nodes run on CPU."""
         if self.report is None:
-            self.report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=self.label)
+            self.report = PartitionReport.from_assignment(graph_assignment, EP_NAME, source="artifact",
+                                                          note=self.label)
         if self.report.target_nodes == 0:
             raise PartitionError(f"The QNN execution provider took no node of {self.label}: {self.report.summary()}.",
                                  backend="qnn", cpu_nodes=self.report.cpu_nodes)
-        check_partition(self.report, strict=self.strict, label=self.label, warn_key=self.warn_key, stacklevel=5)
-        session._providers = self.report.providers
-        if self.model_meta is not None:
-            session._model_meta = self.model_meta
+        check_partition(self.report, strict=self.strict, label=self.label, warn_key=self.warn_key, stacklevel=4)
+
+    def providers(self) -> list[str] | None:
+        """The EPs that run nodes, QNN first (ORT would list every registered EP)."""
+        return None if self.report is None else list(self.report.providers)
+
+    def modelmeta(self):
+        return self.model_meta
 
     def partition(self) -> PartitionReport:
-        """The :class:`~onnxwrapper.kernel._partition.PartitionReport` of this session."""
+        """The :class:`~onnxwrapper.kernel.PartitionReport` of this session."""
         return self.report
 
 
@@ -163,7 +158,7 @@ class _Specialization:
     artifact: ArtifactInfo
 
 
-class QnnDynamicSession(OrtBackendSession):
+class QnnDynamicSession(BackendSession):
     """Façade = never-run CPU session of the original model; runs go to per-shape QNN sessions.
 
     Args:
@@ -181,9 +176,8 @@ class QnnDynamicSession(OrtBackendSession):
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
                  warn_key: str) -> None:
-        args = dict(kwargs)
-        args["enable_fallback"] = 0
-        super().__init__(model, meta_options, ["CPUExecutionProvider"], None, args)
+        self.ort_args = OrtSessionArgs(model, meta_options, ["CPUExecutionProvider"], None,
+                                       dict(kwargs, enable_fallback=0))
         self._build = build
         self.dynamic_names = tuple(dynamic_names)
         self.ep_options = dict(ep_options)
@@ -196,9 +190,18 @@ class QnnDynamicSession(OrtBackendSession):
         self._latest: PartitionReport | None = None
         self._lock = threading.RLock()
 
-    def after_create(self, session) -> None:
-        session._providers = [EP_NAME]
-        session._provider_options = {EP_NAME: dict(self.ep_options)}
+    def describe(self) -> SessionDescription:
+        """The metadata session (never run); run methods served here; feeds validated by the façade."""
+        return SessionDescription(ort=self.ort_args, validate_feeds=True, runs={
+            "run": self.run, "run_with_ort_values": self.run_with_ort_values, "run_async": self.run_async,
+            "run_with_iobinding": self.run_with_iobinding})
+
+    def providers(self) -> list[str]:
+        """The EPs of the most recently used specialization (``["QNNExecutionProvider"]`` before the first run)."""
+        return [EP_NAME] if self._latest is None else list(self._latest.providers)
+
+    def provider_options(self) -> dict:
+        return {EP_NAME: dict(self.ep_options)}
 
     def partition(self) -> PartitionReport | None:
         """Partition of the most recently used specialization; ``None`` before the first run."""
@@ -210,66 +213,59 @@ class QnnDynamicSession(OrtBackendSession):
             self._live.clear()
 
     # -- specializations -------------------------------------------------------------------------
-    def _specialization(self, session, shapes: dict[str, tuple]) -> _Specialization:
+    def _specialization(self, shapes: dict[str, tuple]) -> _Specialization:
         key = tuple(sorted(shapes.items()))
+        spec = self._live.get(key)
+        if spec is not None and self._latest is spec.report:
+            return spec  # the hot path: the same shapes as the previous run
         with self._lock:
             spec = self._live.get(key)
             if spec is not None:
                 self._live.move_to_end(key)
             else:
-                ort_session, report, artifact = self._build(shapes)
-                label = f"{self.label} [{shapes_note(shapes)}]"
-                if report.target_nodes == 0:
-                    raise PartitionError(f"The QNN execution provider took no node of {label}: {report.summary()}.",
-                                         backend="qnn", cpu_nodes=report.cpu_nodes)
-                check_partition(report, strict=self.strict, label=label, warn_key=self.warn_key, stacklevel=5)
-                spec = _Specialization(ort_session, report, artifact)
-                self.artifacts.append(artifact)
-                self._live[key] = spec
-                _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live", shapes_note(shapes),
-                          self.label, artifact.origin, artifact.seconds, len(self._live))
-                while len(self._live) > self.max_specializations:
-                    old, _dropped = self._live.popitem(last=False)
-                    _log.info("onnxwrapper qnn: released specialization %s of %s (max_specializations=%d; it stays "
-                              "in the disk cache)", shapes_note(dict(old)), self.label, self.max_specializations)
+                spec = self._add(shapes, key)
             self._latest = spec.report
-            session._providers = spec.report.providers
             return spec
 
-    def _shapes(self, arrays: Mapping[str, Any]) -> dict[str, tuple]:
-        return {name: tuple(int(d) for d in arrays[name].shape) for name in self.dynamic_names if name in arrays}
+    def _add(self, shapes: dict[str, tuple], key: tuple) -> _Specialization:
+        ort_session, report, artifact = self._build(shapes)
+        label = f"{self.label} [{shapes_note(shapes)}]"
+        if report.target_nodes == 0:
+            raise PartitionError(f"The QNN execution provider took no node of {label}: {report.summary()}.",
+                                 backend="qnn", cpu_nodes=report.cpu_nodes)
+        check_partition(report, strict=self.strict, label=label, warn_key=self.warn_key, stacklevel=6)
+        spec = _Specialization(ort_session, report, artifact)
+        self.artifacts.append(artifact)
+        self._live[key] = spec
+        _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live", shapes_note(shapes),
+                  self.label, artifact.origin, artifact.seconds, len(self._live))
+        while len(self._live) > self.max_specializations:
+            old, _dropped = self._live.popitem(last=False)
+            _log.info("onnxwrapper qnn: released specialization %s of %s (max_specializations=%d; it stays "
+                      "in the disk cache)", shapes_note(dict(old)), self.label, self.max_specializations)
+        return spec
 
-    # -- run methods (façade routes them here) ---------------------------------------------------
-    def run(self, session, output_names, input_feed, run_options=None):
-        """Validate ``input_feed`` (ORT's errors), then run the specialization for its shapes."""
-        from onnxwrapper.kernel._feeds import validate_feed
+    def _shapes(self, shapes_of: Mapping[str, tuple]) -> dict[str, tuple]:
+        return {name: tuple(int(d) for d in shapes_of[name]) for name in self.dynamic_names if name in shapes_of}
 
-        feed = validate_feed(session._inputs_meta, input_feed, output_names, session._outputs_meta)
-        spec = self._specialization(session, self._shapes(feed))
-        return spec.session.run(output_names, feed, run_options)
+    # -- run callables (feeds validated by the façade) -----------------------------------------------
+    def run(self, output_names, input_feed, run_options=None):
+        """Run the specialization for the feed's shapes (``input_feed`` validated, names resolved)."""
+        spec = self._specialization(self._shapes({n: a.shape for n, a in input_feed.items()}))
+        return spec.session.run(output_names, input_feed, run_options)
 
-    def run_with_ort_values(self, session, output_names, input_dict_ort_values, run_options=None):
+    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their shapes."""
-        from onnxwrapper.kernel._feeds import ort_type_to_numpy, validate_feed
-
-        views = {}
-        for name, value in input_dict_ort_values.items():
-            value._get_c_value()  # ORT's AttributeError for anything but an OrtValue
-            dtype = ort_type_to_numpy(value.data_type()) or np.dtype(np.float32)
-            views[name] = np.broadcast_to(np.zeros((), dtype=dtype), tuple(value.shape()))
-        validate_feed(session._inputs_meta, views, output_names, session._outputs_meta)
-        spec = self._specialization(session, self._shapes(views))
+        shapes = {n: tuple(v.shape()) for n, v in input_dict_ort_values.items()}
+        spec = self._specialization(self._shapes(shapes))
         return spec.session.run_with_ort_values(output_names, input_dict_ort_values, run_options)
 
-    def run_async(self, session, output_names, input_feed, callback, user_data, run_options=None):
+    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """As ORT's ``run_async``; a missing specialization is compiled first, in the calling thread."""
-        from onnxwrapper.kernel._feeds import validate_feed
+        spec = self._specialization(self._shapes({n: a.shape for n, a in input_feed.items()}))
+        return spec.session.run_async(output_names, input_feed, callback, user_data, run_options)
 
-        feed = validate_feed(session._inputs_meta, input_feed, output_names, session._outputs_meta)
-        spec = self._specialization(session, self._shapes(feed))
-        return spec.session.run_async(output_names, feed, callback, user_data, run_options)
-
-    def run_with_iobinding(self, session, iobinding, run_options=None):
+    def run_with_iobinding(self, iobinding, run_options=None):
         """Not served: raises :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         raise BackendCapabilityError(
             f"run_with_iobinding() is not supported by backend 'qnn' for {self.label}: the model has dynamic input "

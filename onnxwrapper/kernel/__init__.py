@@ -4,7 +4,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 ``onnxwrapper.kernel`` only, never from a private ``onnxwrapper._*`` module or the façade:
 
 * the model a session was asked for — :class:`ModelSource` (path or bytes, read lazily, hashed);
-* feeds — :func:`validate_feed` / :func:`check_output_names` (onnxruntime's exact errors),
+* feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
+  :func:`check_input` (the one validator, onnxruntime's exact errors),
   :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * metadata look-alikes of ``onnxruntime.NodeArg`` / ``ModelMetadata`` — :class:`NodeArgInfo`,
   :class:`ModelMetadataInfo`, :func:`node_args_from_onnx`, :func:`modelmeta_from_onnx`;
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
                                        default_cache_dir, make_key)
-from onnxwrapper.kernel._feeds import (check_output_names, feed_signature, numpy_to_ort_type, ort_type_to_numpy,
-                                       validate_feed)
+from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_signature, numpy_to_ort_type,
+                                       ort_type_to_numpy, validate_feed, validate_ort_values)
 from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
 from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason
@@ -44,6 +45,7 @@ __all__ = [
     "PartialOffloadWarning",
     "PartitionReport",
     "__version__",
+    "check_input",
     "check_output_names",
     "default_cache_dir",
     "dynamic_inputs",
@@ -59,4 +61,5 @@ __all__ = [
     "shapes_note",
     "specialize",
     "validate_feed",
+    "validate_ort_values",
 ]

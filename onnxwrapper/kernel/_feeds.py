@@ -30,7 +30,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-__all__ = ["validate_feed", "feed_signature", "ort_type_to_numpy", "numpy_to_ort_type", "check_output_names"]
+__all__ = ["validate_feed", "validate_ort_values", "check_input", "feed_signature", "ort_type_to_numpy",
+           "numpy_to_ort_type", "check_output_names"]
 
 _PREFIX = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
 
@@ -148,31 +149,60 @@ def validate_feed(inputs_meta: Sequence, input_feed: Mapping, output_names=None,
     for inp in reversed(list(inputs_meta)):
         if inp.name not in arrays:
             continue
-        _check_tensor(inp, arrays[inp.name])
+        check_input(inp.name, inp.type, inp.shape, arrays[inp.name])
     if outputs_meta is not None:
         check_output_names(output_names, outputs_meta)
     return arrays
 
 
-def _check_tensor(inp, arr: np.ndarray) -> None:
-    expected_type = inp.type[len("optional("):-1] if inp.type.startswith("optional(") else inp.type
+def validate_ort_values(inputs_meta: Sequence, input_dict_ort_values: Mapping, output_names=None,
+                        outputs_meta: Sequence | None = None) -> dict[str, np.ndarray]:
+    """:func:`validate_feed` for ``run_with_ort_values``: ``{name: OrtValue}`` checked by element
+    type and shape without copying the data.
+
+    Returns:
+        ``{name: read-only zero-stride numpy view}`` with each value's dtype and shape (for shape
+        decisions, not data).
+
+    Raises:
+        ORT's ``AttributeError`` for a value that is not an ``OrtValue``; otherwise as :func:`validate_feed`.
+    """
+    views = {}
+    for name, value in input_dict_ort_values.items():
+        value._get_c_value()  # ORT's AttributeError for anything but an OrtValue
+        dtype = ort_type_to_numpy(value.data_type()) or np.dtype(np.float32)
+        views[name] = np.broadcast_to(np.zeros((), dtype=dtype), tuple(value.shape()))
+    return validate_feed(inputs_meta, views, output_names, outputs_meta)
+
+
+def check_input(name: str, ort_type: str, shape, arr: np.ndarray, *, note: str = "") -> None:
+    """Check one input array against a declared ORT type and shape, with ORT's messages.
+
+    Args:
+        name: input name. ort_type: ``"tensor(float)"`` (``optional(...)`` accepted).
+        shape: declared dims (int = fixed, ``str``/``None`` = any) or ``None`` for unknown rank.
+        arr: the array. note: text appended to a dims error (e.g. what the dims are fixed by).
+
+    Raises:
+        onnxruntime ``InvalidArgument``: element type, rank or a fixed dim differs.
+    """
+    expected_type = ort_type[len("optional("):-1] if ort_type.startswith("optional(") else ort_type
     actual_type = numpy_to_ort_type(arr.dtype)
     if actual_type != expected_type:
         raise C.InvalidArgument(
             f"{_PREFIX}Unexpected input data type. Actual: ({actual_type}) , expected: ({expected_type})")
-    shape = inp.shape
     if shape is None:
         return
     if arr.ndim != len(shape):
         raise C.InvalidArgument(
-            f"{_PREFIX}Invalid rank for input: {inp.name} Got: {arr.ndim} Expected: {len(shape)} "
+            f"{_PREFIX}Invalid rank for input: {name} Got: {arr.ndim} Expected: {len(shape)} "
             f"Please fix either the inputs/outputs or the model.")
     bad = [(i, got, exp) for i, (got, exp) in enumerate(zip(arr.shape, shape)) if isinstance(exp, int) and got != exp]
     if bad:
         lines = "".join(f" index: {i} Got: {got} Expected: {exp}\n" for i, got, exp in bad)
         raise C.InvalidArgument(
-            f"{_PREFIX}Got invalid dimensions for input: {inp.name} for the following indices\n{lines}"
-            f" Please fix either the inputs/outputs or the model.")
+            f"{_PREFIX}Got invalid dimensions for input: {name} for the following indices\n{lines}"
+            f" Please fix either the inputs/outputs or the model.{note}")
 
 
 def feed_signature(feed: Mapping[str, np.ndarray]) -> tuple:
