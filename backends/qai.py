@@ -25,10 +25,11 @@ Contract (facts: shared research anchor_qai.md §A, qai_appbuilder 2.51.40; see 
   expects whatever it is given), serialized process-wide (qai_appbuilder forbids concurrent
   ``Inference`` on two contexts), and ``[]`` from the native layer raises
   :class:`~onnxwrapper.errors.BackendRunError`. A session used in a forked child raises.
-* **Availability.** Only Windows on Snapdragon (win_arm64) — or an aarch64 Linux where a real
-  ``qai_appbuilder`` imports — with the ≥ 2.51 API. Tests use the FAKE package in
-  ``tests/fakes/`` and ``ONNXWRAPPER_QAI_ALLOW_FAKE=1``; the variable is ignored for any module that
-  does not declare itself a fake, and a fake is refused without it.
+* **Availability.** Only Windows on Snapdragon (win_arm64) — or an aarch64 Linux where
+  ``qai_appbuilder`` imports — with the ≥ 2.51 API. The package is resolved by one documented
+  seam, :meth:`QaiBackend.load_sdk`: a subclass may bind another implementation of the same API
+  (tests bind a fake one) and is registered as the ``qai`` backend plugin through the entry-point
+  group ``onnxwrapper.backends``, like any backend. Nothing here knows about test doubles.
 * Never selected by ``auto`` (it needs a precompiled artifact); choose it with ``backend="qai"``.
 """
 
@@ -42,16 +43,20 @@ import sys
 import threading
 import uuid
 import weakref
+from dataclasses import dataclass
+from typing import Any
 
-from onnxwrapper.kernel._metadata import ModelMetadataInfo
-from onnxwrapper.kernel._model_source import ModelSource
+import importlib_metadata
+
 from onnxwrapper.backends import _foreign_io as fio
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
-from onnxwrapper.errors import ArtifactError, BackendConfigConflictError, BackendError, BackendRunError
+from onnxwrapper.backends.qnn import read_binary_info
+from onnxwrapper.errors import (ArtifactError, BackendConfigConflictError, BackendError, BackendRunError,
+                                BackendUnavailableError)
+from onnxwrapper.kernel import ModelMetadataInfo, ModelSource
 
-__all__ = ["QaiBackend", "QaiSession", "artifact_candidates", "ENV_ALLOW_FAKE"]
+__all__ = ["QaiBackend", "QaiSdk", "QaiSession", "artifact_candidates"]
 
-ENV_ALLOW_FAKE = "ONNXWRAPPER_QAI_ALLOW_FAKE"
 _NEED = "needs Windows on Snapdragon (win_arm64) with qai-appbuilder ≥ 2.51"
 _HINT = "pip install 'onnxwrapper[qai]'"
 _RUNTIMES = {"htp": "HTP", "cpu": "CPU", "gpu": "GPU"}
@@ -91,31 +96,39 @@ def artifact_candidates(stem: str, runtime: str) -> list[str]:
             f"{stem}.bin"]
 
 
-def _import_qai():
-    return importlib.import_module("qai_appbuilder")
+@dataclass(frozen=True)
+class QaiSdk:
+    """The qai_appbuilder package a :class:`QaiBackend` drives (see :meth:`QaiBackend.load_sdk`).
 
+    Attributes:
+        module: the imported package with qai_appbuilder 2.51's API (``QNNConfig``, ``QNNContext``,
+            ``PerfProfile``, ``DataType``, ``Runtime``, ``LogLevel``, ``ProfilingLevel``).
+        version: its version string.
+        real_device: True when it drives a physical NPU; False for an emulation (``simulated``).
+        tag: a label added to provider names and listings (e.g. ``"FAKE"``); empty for the real package.
+    """
 
-def _is_fake(module) -> bool:
-    return getattr(module, "__onnxwrapper_fake__", False) is True
+    module: Any
+    version: str
+    real_device: bool = True
+    tag: str = ""
 
 
 def _version(module) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
-        return version("qai-appbuilder")
-    except PackageNotFoundError:  # not installed as a distribution (e.g. the test fake)
+        return importlib_metadata.version("qai-appbuilder")
+    except importlib_metadata.PackageNotFoundError:  # not installed as a distribution
         return str(getattr(module, "__version__", "unknown"))
 
 
-def _api_problem(module) -> str | None:
+def _api_problem(module, version: str) -> str | None:
     try:
         params = list(inspect.signature(module.QNNConfig.Config).parameters)
         module.QNNContext, module.PerfProfile, module.DataType  # noqa: B018 - presence check
     except (AttributeError, TypeError, ValueError) as exc:
-        return f"qai_appbuilder {_version(module)} lacks the expected API ({exc}); {_NEED}"
+        return f"qai_appbuilder {version} lacks the expected API ({exc}); {_NEED}"
     if not params or params[0] != "runtime":
-        return (f"qai_appbuilder {_version(module)} has the pre-2.51 API (QNNConfig.Config({', '.join(params)})); "
+        return (f"qai_appbuilder {version} has the pre-2.51 API (QNNConfig.Config({', '.join(params)})); "
                 f"upgrade: pip install -U 'qai-appbuilder>=2.51'")
     return None
 
@@ -241,35 +254,50 @@ class QaiBackend(Backend):
     }
 
     @classmethod
-    def probe(cls) -> Availability:
-        """Available with a real qai_appbuilder ≥ 2.51 on a supported host, or with the test fake
-        when ``ONNXWRAPPER_QAI_ALLOW_FAKE=1``. On real hardware ``real_npu`` is True but
-        ``auto_selectable`` is False: it runs precompiled artifacts only, so it is used when asked
-        for by name (``backend="qai"``)."""
-        if os.environ.get(ENV_ALLOW_FAKE) == "1":
-            try:
-                module = _import_qai()
-            except ImportError:
-                module = None
-            if module is not None and _is_fake(module):
-                return Availability(True, reason=f"FAKE qai_appbuilder for tests ({ENV_ALLOW_FAKE}=1)",
-                                    simulated=True, details={"qai_appbuilder": f"{_version(module)} (FAKE)"})
+    def load_sdk(cls) -> QaiSdk:
+        """The qai_appbuilder this backend drives: the injection seam of this backend.
+
+        The default imports ``qai_appbuilder`` on a supported host (Windows on Snapdragon, or an
+        aarch64 Linux). Override it in a subclass to bind another implementation of the same API
+        (e.g. a test double that enforces the real API's contract) and register that subclass as
+        the ``qai`` backend through the entry-point group ``onnxwrapper.backends``.
+
+        Raises:
+            BackendUnavailableError: unsupported host, or the package cannot be imported (with
+                ``reason`` and ``install_hint``).
+        """
         host = f"this host: {platform.system()} {platform.machine()}"
         if not _host_supported():
-            return Availability(False, reason=f"{_NEED} ({host})", install_hint=_HINT)
+            reason = f"{_NEED} ({host})"
+            raise BackendUnavailableError(reason, backend="qai", reason=reason, install_hint=_HINT)
         try:
-            module = _import_qai()
+            module = importlib.import_module("qai_appbuilder")
         except ImportError as exc:
-            return Availability(False, reason=f"{_NEED}; qai_appbuilder is not importable ({exc})", install_hint=_HINT)
-        if _is_fake(module):
-            return Availability(False, reason=f"the importable qai_appbuilder is onnxwrapper's test FAKE; it is "
-                                              f"used only when {ENV_ALLOW_FAKE}=1", install_hint=_HINT)
-        problem = _api_problem(module)
+            reason = f"{_NEED}; qai_appbuilder is not importable ({exc})"
+            raise BackendUnavailableError(reason, backend="qai", reason=reason, install_hint=_HINT) from exc
+        return QaiSdk(module, _version(module))
+
+    @classmethod
+    def probe(cls) -> Availability:
+        """Available when :meth:`load_sdk` gives a package with the ≥ 2.51 API. On real hardware
+        ``real_npu`` is True but ``auto_selectable`` is False: it runs precompiled artifacts only,
+        so it is used when asked for by name (``backend="qai"``)."""
+        try:
+            sdk = cls.load_sdk()
+        except BackendUnavailableError as exc:
+            return Availability(False, reason=exc.reason, install_hint=exc.install_hint)
+        problem = _api_problem(sdk.module, sdk.version)
         if problem:
             return Availability(False, reason=problem, install_hint="pip install -U 'qai-appbuilder>=2.51'")
-        return Availability(True, reason=f"qai_appbuilder {_version(module)} ({host}); runs precompiled "
+        label = f" ({sdk.tag})" if sdk.tag else ""
+        if not sdk.real_device:
+            return Availability(True, reason=f"qai_appbuilder {sdk.version}{label}: an emulation, no NPU",
+                                simulated=True, auto_selectable=False,
+                                details={"qai_appbuilder": f"{sdk.version}{label}"})
+        host = f"this host: {platform.system()} {platform.machine()}"
+        return Availability(True, reason=f"qai_appbuilder {sdk.version}{label} ({host}); runs precompiled "
                                          f"artifacts, selected only with backend='qai'",
-                            real_npu=True, auto_selectable=False, details={"qai_appbuilder": _version(module)})
+                            real_npu=True, auto_selectable=False, details={"qai_appbuilder": sdk.version})
 
     # -- open --------------------------------------------------------------------------------------
     def open(self, request: SessionRequest) -> QaiSession:
@@ -281,7 +309,8 @@ class QaiBackend(Backend):
             BackendError: qai_appbuilder rejected the configuration. BackendConfigConflictError:
             another session holds a different perf profile.
         """
-        module = _import_qai()
+        sdk = self.load_sdk()
+        module = sdk.module
         cfg = self.config
         artifact, model = self._resolve(ModelSource.from_arg(request.path_or_bytes))
         runtime = getattr(module.Runtime, _RUNTIMES[cfg["runtime"]])
@@ -315,10 +344,10 @@ class QaiBackend(Backend):
                 ctx.release()
             raise
         kind = "QNNDlc" if artifact.endswith(".dlc") else "QNNContextBinary"
-        provider = f"{kind}(qai_appbuilder:{_RUNTIMES[cfg['runtime']]}{',FAKE' if _is_fake(module) else ''})"
+        provider = f"{kind}(qai_appbuilder:{_RUNTIMES[cfg['runtime']]}{',' + sdk.tag if sdk.tag else ''})"
         options = {"artifact": artifact, "graph_index": str(graph_index), "runtime": cfg["runtime"],
                    "perf_profile": cfg["perf_profile"], "input_data_type": plans[0].mode,
-                   "output_data_type": plans[1].mode, "qai_appbuilder": _version(module)}
+                   "output_data_type": plans[1].mode, "qai_appbuilder": sdk.version}
         return QaiSession(module=module, ctx=ctx, graph_index=graph_index, holds_profile=holds, inputs=inputs,
                           outputs=outputs, modelmeta=meta, in_plan=plans[0], out_plan=plans[1],
                           providers=[provider], provider_options={provider: options},
@@ -411,10 +440,10 @@ class QaiBackend(Backend):
 
 
 def _graph_names(artifact: str) -> list[str] | None:
-    """Graph names read from the binary itself, when the raw context-binary reader (issue 7 part 1,
-    ``onnxwrapper.backends.qnn.read_binary_info``) is installed; ``None`` otherwise."""
+    """Graph names read from the binary itself with the raw context-binary reader
+    (:func:`onnxwrapper.backends.qnn.read_binary_info`, needs QNN's System library); ``None`` when
+    it cannot read this file."""
     try:
-        reader = importlib.import_module("onnxwrapper.backends.qnn")
-        return [g.name for g in reader.read_binary_info(artifact).graphs]
-    except (ImportError, AttributeError, OSError, ValueError, ArtifactError):
-        return None  # reader absent or cannot read this file: fall back to graph 0's name
+        return [g.name for g in read_binary_info(artifact).graphs]
+    except (OSError, ValueError, ArtifactError):
+        return None  # no System library or not readable: fall back to graph 0's name

@@ -24,8 +24,10 @@ Contract (facts: QAIRT SDK docs "Tools" for snpe-net-run / snpe-dlc-info; see do
   Every run starts a process that loads the DLC: expect its init time per call.
 * **engine.** ``"net-run"``, ``"qai_appbuilder"`` (the DLC goes through the ``qai`` backend's
   ``QNNContext`` DLC loading) or ``"auto"`` (net-run when an SDK is found, else qai_appbuilder).
-* Tests use a FAKE SDK (``tests/fakes/fake_qairt``) carrying ``FAKE_QAIRT_SDK.txt``; such an SDK is
-  used only with ``ONNXWRAPPER_SNPE_ALLOW_FAKE=1``. Never selected by ``auto``.
+* **Injection.** The SDK is located by one documented seam, :meth:`SnpeBackend.locate_sdk`, and
+  the ``qai_appbuilder`` engine is :meth:`SnpeBackend.qai_backend`: a subclass may bind other
+  ones (tests bind a fake SDK) and is registered as the ``snpe`` backend plugin through the
+  entry-point group ``onnxwrapper.backends``. Never selected by ``auto``.
 """
 
 from __future__ import annotations
@@ -43,16 +45,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxwrapper.kernel._metadata import ModelMetadataInfo
-from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper.backends import _foreign_io as fio
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
+from onnxwrapper.backends.qai import QaiBackend
 from onnxwrapper.errors import ArtifactError, BackendRunError, BackendUnavailableError
+from onnxwrapper.kernel import ModelMetadataInfo, ModelSource
 
-__all__ = ["SnpeBackend", "SnpeSession", "Sdk", "find_sdk", "host_arch_dirs", "parse_dlc_info", "ENV_ALLOW_FAKE"]
+__all__ = ["SnpeBackend", "SnpeSession", "Sdk", "find_sdk", "host_arch_dirs", "parse_dlc_info"]
 
-ENV_ALLOW_FAKE = "ONNXWRAPPER_SNPE_ALLOW_FAKE"
-FAKE_MARKER = "FAKE_QAIRT_SDK.txt"
 _RUNTIME_FLAGS = {"cpu": [], "gpu": ["--use_gpu"], "dsp": ["--use_dsp"], "aip": ["--use_aip"]}
 _PERF = ("burst", "high_performance", "sustained_high_performance", "balanced", "default", "power_saver",
          "low_power_saver", "high_power_saver", "low_balanced", "extreme_power_saver", "system_settings")
@@ -75,14 +75,17 @@ def host_arch_dirs() -> list[str]:
 
 @dataclass(frozen=True)
 class Sdk:
-    """A located SDK: ``root``, ``arch`` folder, tool paths, ``lib_dir`` (may not exist), ``fake``."""
+    """A located SDK: ``root``, ``arch`` folder, tool paths, ``lib_dir`` (may not exist);
+    ``real_device``: False when its tools emulate the device; ``tag``: a label added to provider
+    names and listings (e.g. ``"FAKE"``), empty for Qualcomm's SDK."""
 
     root: str
     arch: str
     net_run: str
     dlc_info: str | None
     lib_dir: str
-    fake: bool
+    real_device: bool = True
+    tag: str = ""
 
     def env(self) -> dict:
         """Environment for the SDK's tools: this process's, with ``lib_dir`` on the library path."""
@@ -114,24 +117,16 @@ def find_sdk(root: str | None = None) -> tuple[Sdk | None, str]:
             net_run = _tool(bin_dir, "snpe-net-run")
             if net_run:
                 return Sdk(os.path.abspath(base), arch, net_run, _tool(bin_dir, "snpe-dlc-info"),
-                           os.path.join(base, "lib", arch), os.path.isfile(os.path.join(base, FAKE_MARKER))), ""
+                           os.path.join(base, "lib", arch)), ""
         looked.append(f"{source}={base} (no bin/{'|'.join(names)}/snpe-net-run)")
     on_path = shutil.which("snpe-net-run")
     if on_path:
         bin_dir = os.path.dirname(os.path.abspath(on_path))
         base = os.path.dirname(os.path.dirname(bin_dir))
         return Sdk(base, os.path.basename(bin_dir), on_path, _tool(bin_dir, "snpe-dlc-info"),
-                   os.path.join(base, "lib", os.path.basename(bin_dir)),
-                   os.path.isfile(os.path.join(base, FAKE_MARKER))), ""
+                   os.path.join(base, "lib", os.path.basename(bin_dir))), ""
     looked.append("snpe-net-run not on PATH" if roots else "QAIRT_SDK_ROOT/SNPE_ROOT unset, snpe-net-run not on PATH")
     return None, "; ".join(looked)
-
-
-def _usable_sdk(root: str | None) -> tuple[Sdk | None, str]:
-    sdk, why = find_sdk(root)
-    if sdk is not None and sdk.fake and os.environ.get(ENV_ALLOW_FAKE) != "1":
-        return None, f"the SDK at {sdk.root} is onnxwrapper's test FAKE; it is used only when {ENV_ALLOW_FAKE}=1"
-    return sdk, why
 
 
 def parse_dlc_info(text: str, where: str | None = None) -> tuple[list, list]:
@@ -252,18 +247,35 @@ class SnpeBackend(Backend):
     }
 
     @classmethod
-    def probe(cls) -> Availability:
-        """Available with an SDK (``QAIRT_SDK_ROOT``/``SNPE_ROOT``/``PATH``) or an available ``qai``
-        backend. Never auto-selected (``auto_selectable=False``): used only with ``backend="snpe"``."""
-        sdk, why = _usable_sdk(None)
-        if sdk is not None:
-            tag = " (FAKE SDK for tests)" if sdk.fake else ""
-            return Availability(True, reason=f"snpe-net-run in {sdk.root}{tag}", simulated=sdk.fake,
-                                real_npu=not sdk.fake, auto_selectable=False,
-                                details={"sdk_root": sdk.root, "arch": sdk.arch})
-        from onnxwrapper.backends.qai import QaiBackend
+    def locate_sdk(cls, root: str | None) -> tuple[Sdk | None, str]:
+        """The SDK whose ``snpe-net-run`` runs the DLCs: the injection seam of this backend.
 
-        qai = QaiBackend.probe()
+        The default is :func:`find_sdk` (``root``, ``$QAIRT_SDK_ROOT``, ``$SNPE_ROOT``, ``PATH``).
+        Override it in a subclass to bind another SDK (e.g. a test double whose tools enforce the
+        real ones' command line and file formats) and register that subclass as the ``snpe``
+        backend through the entry-point group ``onnxwrapper.backends``.
+
+        Returns:
+            ``(Sdk, "")`` or ``(None, what was looked at)``.
+        """
+        return find_sdk(root)
+
+    @classmethod
+    def qai_backend(cls) -> type[QaiBackend]:
+        """The backend class that runs DLCs for ``engine="qai_appbuilder"`` (default :class:`QaiBackend`)."""
+        return QaiBackend
+
+    @classmethod
+    def probe(cls) -> Availability:
+        """Available with an SDK (:meth:`locate_sdk`) or an available :meth:`qai_backend`. Never
+        auto-selected (``auto_selectable=False``): used only with ``backend="snpe"``."""
+        sdk, why = cls.locate_sdk(None)
+        if sdk is not None:
+            tag = f" ({sdk.tag})" if sdk.tag else ""
+            return Availability(True, reason=f"snpe-net-run in {sdk.root}{tag}", simulated=not sdk.real_device,
+                                real_npu=sdk.real_device, auto_selectable=False,
+                                details={"sdk_root": sdk.root, "arch": sdk.arch})
+        qai = cls.qai_backend().probe()
         if qai.available:
             return Availability(True, reason=f"no QAIRT SDK ({why}); DLCs run through qai_appbuilder ({qai.reason})",
                                 simulated=qai.simulated, real_npu=qai.real_npu, auto_selectable=False,
@@ -279,7 +291,7 @@ class SnpeBackend(Backend):
             ArtifactError: no DLC, unreadable DLC info, IO mismatch. ORT's errors for a bad ONNX model.
         """
         cfg = self.config
-        sdk, why = _usable_sdk(cfg["sdk_root"])
+        sdk, why = self.locate_sdk(cfg["sdk_root"])
         engine = cfg["engine"]
         if engine == "auto":
             engine = "net-run" if sdk is not None else "qai_appbuilder"
@@ -300,7 +312,7 @@ class SnpeBackend(Backend):
         flags = [*_RUNTIME_FLAGS[cfg["runtime"]], "--perf_profile", cfg["perf_profile"]]
         flags += ["--use_native_input_files"] if plans[0].mode == "native" else []
         flags += ["--use_native_output_files"] if plans[1].mode == "native" else []
-        provider = f"SNPE({cfg['runtime']}{',FAKE' if sdk.fake else ''})"
+        provider = f"SNPE({cfg['runtime']}{',' + sdk.tag if sdk.tag else ''})"
         options = {"artifact": dlc, "runtime": cfg["runtime"], "perf_profile": cfg["perf_profile"],
                    "input_files": plans[0].mode, "output_files": plans[1].mode, "sdk_root": sdk.root}
         return SnpeSession(sdk=sdk, dlc=dlc, native_inputs=list(natives[0]), command_flags=flags,
@@ -309,10 +321,9 @@ class SnpeBackend(Backend):
                            provider_options={provider: options}, sess_options=request.sess_options)
 
     def _open_with_qai(self, request: SessionRequest, why: str):
-        from onnxwrapper.backends.qai import QaiBackend
-
-        if not QaiBackend.probe().available:
-            reason = f"no usable QAIRT SDK ({why}) and qai_appbuilder unavailable ({QaiBackend.probe().reason})"
+        qai_backend = self.qai_backend()
+        if not qai_backend.probe().available:
+            reason = f"no usable QAIRT SDK ({why}) and qai_appbuilder unavailable ({qai_backend.probe().reason})"
             raise BackendUnavailableError(f"Backend 'snpe' cannot run: {reason}. To fix: {_INSTALL}.",
                                           backend="snpe", reason=reason, install_hint=_INSTALL)
         cfg = self.config
@@ -325,7 +336,7 @@ class SnpeBackend(Backend):
             options["onnx"] = cfg["onnx"]
         else:
             options["artifact"] = self._resolve(src)[0]
-        return QaiBackend({k: v for k, v in options.items() if v is not None}).open(request)
+        return qai_backend({k: v for k, v in options.items() if v is not None}).open(request)
 
     def _resolve(self, src: ModelSource):
         """(absolute DLC path, companion ``onnx.ModelProto`` or None)."""

@@ -24,6 +24,7 @@ FAKES = pathlib.Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))  # fake_qnn_graph / foreign_cases (the fake package itself only via fixture)
 import fake_qnn_graph as fq  # noqa: E402
 import foreign_cases as cases  # noqa: E402
+from fake_backends import FakeQaiBackend, plugged_in  # noqa: E402
 
 sys.path.remove(str(FAKES))
 
@@ -35,11 +36,12 @@ def _drop_fake_modules() -> None:
 
 @pytest.fixture
 def fake(monkeypatch):
-    """The FAKE qai_appbuilder importable and allowed; probe cache and fake state reset around the test."""
+    """The FAKE qai_appbuilder importable and its backend plugin installed as ``qai`` (entry point);
+    probe cache and fake state reset around the test."""
     _drop_fake_modules()
     monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.setenv("ONNXWRAPPER_QAI_ALLOW_FAKE", "1")
-    default_registry().unregister("qai")
+    plugin = plugged_in(qai="fake_backends:FakeQaiBackend")
+    plugin.__enter__()
     import qai_appbuilder
 
     qai_appbuilder._fake.reset()
@@ -51,7 +53,7 @@ def fake(monkeypatch):
     from onnxwrapper.backends import qai
 
     assert qai._PERF.users == 0 and qai._PERF.active is None, "a test leaked a perf-profile holder"
-    default_registry().unregister("qai")
+    plugin.__exit__(None, None, None)
     _drop_fake_modules()
 
 
@@ -70,7 +72,6 @@ def test_linux_without_fake_says_windows_on_snapdragon(monkeypatch, mul_1_path):
 
     if qai._host_supported():
         pytest.skip("this host could run qai_appbuilder")
-    monkeypatch.delenv("ONNXWRAPPER_QAI_ALLOW_FAKE", raising=False)
     _drop_fake_modules()
     default_registry().unregister("qai")
     with pytest.raises(ow.BackendUnavailableError) as info:
@@ -82,18 +83,19 @@ def test_linux_without_fake_says_windows_on_snapdragon(monkeypatch, mul_1_path):
     default_registry().unregister("qai")
 
 
-def test_fake_is_refused_without_the_test_switch(monkeypatch):
+def test_fake_is_a_plugin_bound_through_the_sdk_seam(monkeypatch):
     from onnxwrapper.backends import qai
 
     _drop_fake_modules()
     monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.delenv("ONNXWRAPPER_QAI_ALLOW_FAKE", raising=False)
-    monkeypatch.setattr(qai, "_host_supported", lambda: True)  # as if on Windows on Snapdragon
-    av = qai.QaiBackend.probe()
-    assert not av.available and "FAKE" in av.reason
-    monkeypatch.setenv("ONNXWRAPPER_QAI_ALLOW_FAKE", "1")
-    av = qai.QaiBackend.probe()
+    if not qai._host_supported():  # the production class never reaches for the importable fake here
+        av = qai.QaiBackend.probe()
+        assert not av.available and "needs Windows on Snapdragon" in av.reason
+    av = FakeQaiBackend.probe()
     assert av.available and av.simulated and not av.real_npu and "FAKE" in av.reason
+    with plugged_in(qai="fake_backends:FakeQaiBackend"):
+        assert default_registry().get("qai") is FakeQaiBackend
+    assert default_registry().get("qai") is qai.QaiBackend
     _drop_fake_modules()
 
 

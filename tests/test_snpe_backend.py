@@ -23,6 +23,7 @@ FAKES = pathlib.Path(__file__).parent / "fakes"
 sys.path.insert(0, str(FAKES))
 import fake_qnn_graph as fq  # noqa: E402
 import foreign_cases as cases  # noqa: E402
+from fake_backends import FakeSnpeBackend, plugged_in  # noqa: E402
 from fake_qairt import make_fake_sdk  # noqa: E402
 
 sys.path.remove(str(FAKES))
@@ -32,18 +33,17 @@ X = np.random.default_rng(2).random((1, 3, 8, 8), dtype=np.float32)
 
 @pytest.fixture
 def sdk(tmp_path, monkeypatch):
-    """A FAKE SDK in QAIRT_SDK_ROOT (allowed by ONNXWRAPPER_SNPE_ALLOW_FAKE=1); returns the argv log reader."""
+    """A FAKE SDK in QAIRT_SDK_ROOT, run by the FakeSnpeBackend plugin (entry point ``snpe``);
+    returns the argv log reader."""
     from onnxwrapper.backends import snpe
 
     root = make_fake_sdk(tmp_path / "qairt", snpe.host_arch_dirs()[0])
     log = tmp_path / "snpe-net-run.log"
     monkeypatch.setenv("QAIRT_SDK_ROOT", root)
     monkeypatch.delenv("SNPE_ROOT", raising=False)
-    monkeypatch.setenv("ONNXWRAPPER_SNPE_ALLOW_FAKE", "1")
     monkeypatch.setenv("FAKE_SNPE_LOG", str(log))
-    default_registry().unregister("snpe")
-    yield lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    default_registry().unregister("snpe")
+    with plugged_in(snpe="fake_backends:FakeSnpeBackend"):
+        yield lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def open_snpe(model, **options):
@@ -151,7 +151,6 @@ def test_missing_sdk_and_missing_dlc(sdk, tmp_path, monkeypatch):
     with pytest.raises(ArtifactError, match="No DLC"):
         open_snpe(onnx_path)
     monkeypatch.delenv("QAIRT_SDK_ROOT")
-    monkeypatch.delenv("ONNXWRAPPER_QAI_ALLOW_FAKE", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     default_registry().unregister("snpe")
     default_registry().unregister("qai")
@@ -160,13 +159,13 @@ def test_missing_sdk_and_missing_dlc(sdk, tmp_path, monkeypatch):
     default_registry().unregister("qai")
 
 
-def test_fake_sdk_needs_the_test_switch(sdk, monkeypatch):
+def test_fake_sdk_is_labelled_by_its_plugin_not_detected(sdk, monkeypatch):
     from onnxwrapper.backends import snpe
 
-    monkeypatch.delenv("ONNXWRAPPER_SNPE_ALLOW_FAKE")
-    monkeypatch.delenv("ONNXWRAPPER_QAI_ALLOW_FAKE", raising=False)
-    av = snpe.SnpeBackend.probe()
-    assert not av.available and "FAKE" in av.reason
+    av = FakeSnpeBackend.probe()
+    assert av.available and av.simulated and not av.real_npu and "FAKE" in av.reason
+    real = snpe.SnpeBackend.probe()  # the production class treats the tree as any SDK: no detection
+    assert real.available and "FAKE" not in real.reason
 
 
 def test_dlc_alone_and_qai_engine(sdk, tmp_path, monkeypatch):
@@ -179,7 +178,6 @@ def test_dlc_alone_and_qai_engine(sdk, tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m.startswith("qai_appbuilder")]:
         del sys.modules[name]
     monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.setenv("ONNXWRAPPER_QAI_ALLOW_FAKE", "1")
     default_registry().unregister("qai")
     via_qai = open_snpe(onnx_path, engine="qai_appbuilder")
     assert via_qai.get_providers() == ["QNNDlc(qai_appbuilder:HTP,FAKE)"]

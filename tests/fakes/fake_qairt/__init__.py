@@ -2,8 +2,8 @@
 
 :func:`make_fake_sdk` lays out ``<root>/bin/<arch>/snpe-net-run`` (and ``snpe-dlc-info``) as small
 launchers that run the Python fakes in this folder with the current interpreter, an empty
-``<root>/lib/<arch>/`` and the marker file ``FAKE_QAIRT_SDK.txt``: onnxwrapper's ``snpe`` backend
-uses an SDK carrying that marker only when ``ONNXWRAPPER_SNPE_ALLOW_FAKE=1``. Built at test time
+``<root>/lib/<arch>/`` and a note ``FAKE_QAIRT_SDK.txt`` for humans. Tests run it through the
+``FakeSnpeBackend`` plugin (``tests/fakes/fake_backends.py``), which labels it FAKE. Built at test time
 in a temporary directory (the launchers embed that machine's interpreter path), never shipped.
 """
 

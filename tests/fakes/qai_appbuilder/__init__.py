@@ -6,8 +6,8 @@ quirks (shared research anchor_qai.md §A; see ``qnncontext.py`` and ``appbuilde
 results with ONNX Runtime CPU on the companion ONNX model named inside a fake artifact
 (``fake_qnn_graph.py``). It lives under ``tests/`` and is never installed.
 
-It declares itself with ``__onnxwrapper_fake__ = True``; onnxwrapper's ``qai`` backend uses it only
-when the environment variable ``ONNXWRAPPER_QAI_ALLOW_FAKE=1`` is set as well.
+onnxwrapper's ``qai`` backend uses it only through the test plugin ``FakeQaiBackend``
+(``tests/fakes/fake_backends.py``), which binds it with the backend's ``load_sdk`` seam.
 """
 
 import sys
@@ -17,7 +17,6 @@ from .qnncontext import (DataType, LogLevel, PerfProfile, ProfilingLevel, QNNCon
                          release_all)
 
 __version__ = "2.51.40"
-__onnxwrapper_fake__ = True
 
 # The real package aliases ``onnxruntime`` to its own wrapper when onnxruntime was not imported
 # first (anchor_qai.md §A.1); reproduced so that tests notice if anything depends on import order.
