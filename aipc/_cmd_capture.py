@@ -21,7 +21,9 @@ import argparse
 import os
 import shutil
 
+import aipc_loader
 from aipc._cmd_run import EXIT_USAGE, say
+from onnxwrapper.diff import read_capture, start_capture
 
 __all__ = ["add_arguments", "main", "split_trailing_options"]
 
@@ -60,9 +62,7 @@ def split_trailing_options(args: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``aipc capture``; returns the script's exit status (64 for usage errors)."""
-    from onnxwrapper.diff import read_capture, start_capture
 
-    import aipc_loader
 
     script_args = list(args.args or [])
     if args.module and args.script:

@@ -32,8 +32,15 @@ import sys
 import time
 from typing import Any
 
+import onnxwrapper
 from aipc._cmd_inspect import add_model_options, model_options
 from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
+from onnxwrapper.backends.qnn import compile_model
+from onnxwrapper.errors import BackendUnavailableError
+from onnxwrapper.kernel import PartialOffloadWarning, dynamic_inputs
+from onnxwrapper.patches import apply_patches, find_patches, load_model_proto, name_unnamed_nodes
+from onnxwrapper.toolkit import (CalibrationError, calibration_from_capture, make_static, quantize_qdq, rule_reason,
+                                 three_way_check)
 
 __all__ = ["add_arguments", "main", "read_qnn_profile"]
 
@@ -212,8 +219,6 @@ def main(args: argparse.Namespace) -> int:
         return _fail("--max-samples must be >= 1")
     if not os.path.isfile(args.model):
         return _fail(f"{args.model}: no such file", 2)
-    import onnxwrapper
-    from onnxwrapper.errors import BackendUnavailableError
 
     if not any(i.name == "qnn" and i.available for i in onnxwrapper.get_available_backends()):
         return _fail("the qnn backend is not available here (pip install 'onnxwrapper[qnn]')", EXIT_UNAVAILABLE)
@@ -229,7 +234,6 @@ def main(args: argparse.Namespace) -> int:
     stages = _Stages(steps, enabled=not args.no_progress)
     import warnings
 
-    from onnxwrapper.kernel._partition import PartialOffloadWarning
 
     try:
         with warnings.catch_warnings():
@@ -260,11 +264,6 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
     import onnx
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-    from onnxwrapper.toolkit._inspect import make_static, rule_reason
-    from onnxwrapper.toolkit._quantize import CalibrationError, calibration_from_capture, quantize_qdq, three_way_check
-    from onnxwrapper.kernel._shapes import dynamic_inputs
-    from onnxwrapper.backends.qnn import compile_model
-    from onnxwrapper.patches import apply_patches, find_patches, load_model_proto, name_unnamed_nodes
 
     summary: dict[str, Any] = {"model": os.path.abspath(args.model), "precision": args.precision,
                                "backend_options": options, "notes": []}
@@ -380,8 +379,6 @@ def _shapes_differ(calibration_shapes: dict, static) -> bool:
 
 
 def _profile(ctx_path: str, feeds: list, options: dict, paths: dict, model) -> dict:
-    import onnxwrapper
-
     csv_path = os.path.splitext(paths["ctx"])[0] + "_profile.csv"
     opts = dict(options, profiling="detailed", provider_options={"profiling_file_path": csv_path})
     session = onnxwrapper.InferenceSession(ctx_path, backend="qnn", backend_options=opts)

@@ -23,6 +23,11 @@ import json
 import os
 import sys
 
+from onnxwrapper.diff import (PRESETS, Tolerances, check, default_directory, localize_failures, parse_backends,
+                              parse_tol_override, run)
+from onnxwrapper.diff._capture import parse_size
+from onnxwrapper.errors import BackendNotFoundError
+
 EXIT_USAGE = 64
 
 
@@ -102,8 +107,6 @@ def _backend_options(items: list[str]) -> dict:
 
 
 def _tolerances(args):
-    from onnxwrapper.diff import PRESETS, Tolerances, parse_tol_override
-
     changes = {}
     for field, value in (("atol", args.atol), ("rtol", args.rtol), ("check", args.error_stat),
                          ("quantile", args.quantile), ("min_cosine", args.min_cosine), ("min_snr_db", args.min_snr),
@@ -160,8 +163,6 @@ def labels_spec(labels: dict) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``aipc diff`` with parsed ``args``; returns 0, 1, 2 or 64 (see module docstring)."""
-    from onnxwrapper.diff import check, localize_failures, run
-    from onnxwrapper.errors import BackendNotFoundError
 
     progress, close_bars = _progress_factory(args.quiet)
     try:
@@ -188,8 +189,6 @@ def main(args: argparse.Namespace) -> int:
                 raise _Usage("no script given (usage: aipc diff [options] script.py [args…] | -m module | --check DIR)")
             if args.max_calls_per_model is not None and args.max_calls_per_model < 1:
                 raise _Usage("--max-calls-per-model must be ≥ 1")
-            from onnxwrapper.diff import default_directory, parse_backends
-            from onnxwrapper.diff._capture import parse_size
 
             try:
                 labels = parse_backends(args.backends)

@@ -23,7 +23,10 @@ import argparse
 import json
 import sys
 
+import onnxwrapper
 from aipc._cmd_run import EXIT_USAGE, say
+from onnxwrapper.errors import ArtifactError
+from onnxwrapper.toolkit import format_binary, inspect_binary, inspect_model, parse_dim_arg, parse_shape_arg
 
 __all__ = ["add_arguments", "main", "add_model_options", "model_options"]
 
@@ -48,7 +51,6 @@ def model_options(args: argparse.Namespace) -> tuple[dict, dict, dict]:
     Raises:
         ValueError: a malformed --shape/--dim (message says what is expected).
     """
-    from onnxwrapper.toolkit._inspect import parse_dim_arg, parse_shape_arg
 
     options = {}
     if getattr(args, "target", None):
@@ -74,8 +76,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list_backends(as_json: bool) -> int:
-    import onnxwrapper
-
     infos = onnxwrapper.get_available_backends()
     if as_json:
         print(json.dumps([{"name": i.name, "available": i.available, "reason": i.reason, "simulated": i.simulated,
@@ -91,8 +91,6 @@ def _list_backends(as_json: bool) -> int:
 
 def _inspect_binary(args: argparse.Namespace) -> int:
     """``aipc inspect MODEL.bin``: exit 0, 2 (no such file), 64 (options that need an ONNX model), 1 (unreadable)."""
-    from onnxwrapper.toolkit._inspect import format_binary, inspect_binary
-    from onnxwrapper.errors import ArtifactError
 
     if args.shape or args.dim or args.all_nodes:
         say("error: --shape/--dim/--all-nodes apply to ONNX models; a context binary has fixed shapes")
@@ -126,7 +124,6 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-    from onnxwrapper.toolkit._inspect import inspect_model
 
     try:
         result = inspect_model(args.model, backend=args.backend, backend_options=options, shapes=shapes, dims=dims,

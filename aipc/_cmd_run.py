@@ -24,7 +24,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from aipc_loader import _env
+from aipc_loader import _env, _patch, _script
+from aipc_loader._bootstrap import export_to_environment
 from aipc_loader._report import PREFIX, SessionReporter, say
 
 __all__ = ["add_arguments", "main", "run_command", "split_argv", "resolve_settings", "RunSettings",
@@ -221,8 +222,7 @@ def run_command(argv: Sequence[str], *, help_text=None) -> int:
 
 
 def _launch(invocation: _Invocation, settings: RunSettings) -> int:
-    from aipc_loader import _patch, _script
-    from aipc_loader._bootstrap import export_to_environment
+    # onnxwrapper imports onnxruntime (~0.3 s): imported when a script runs, not for `aipc --help`
     from onnxwrapper.errors import (BackendNotFoundError, BackendOptionError, BackendUnavailableError,
                                     BackendValidationError)
 
@@ -259,8 +259,7 @@ def _launch(invocation: _Invocation, settings: RunSettings) -> int:
 
 def _validated(settings: RunSettings):
     """Canonical backend name, the options to use, and the backend's availability."""
-    from aipc_loader import _patch
-    from onnxwrapper._registry import default_registry
+    from onnxwrapper._registry import default_registry  # imports onnxruntime: not for `aipc --help`
 
     registry = default_registry()
     name = registry.resolve(settings.backend)

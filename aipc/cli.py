@@ -77,7 +77,7 @@ def help_text() -> str:
 
 def _version() -> str:
     try:
-        from onnxwrapper.kernel._version import __version__
+        from onnxwrapper.kernel import __version__  # imports onnxruntime (~0.3 s): only for --version
     except ImportError:  # pragma: no cover - broken installation
         __version__ = "unknown"
     return f"aipc (onnxwrapper) {__version__}"
@@ -128,7 +128,7 @@ def _subcommand(name: str, argv: list) -> int:
         _cmd_run.say(f"error: {exc}")
         _cmd_run.say(f"try 'aipc {name} --help'")
         return _cmd_run.EXIT_USAGE
-    from onnxwrapper.errors import OnnxwrapperError
+    from onnxwrapper.errors import OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
     try:
         return int(entry(args) or 0)

@@ -23,4 +23,12 @@ from __future__ import annotations
 from aipc_loader._patch import activated, install, is_active, uninstall
 from aipc_loader._script import LaunchError, run_module, run_script
 
-__all__ = ["install", "uninstall", "activated", "is_active", "run_script", "run_module", "LaunchError"]
+__all__ = [
+    "LaunchError",
+    "activated",
+    "install",
+    "is_active",
+    "run_module",
+    "run_script",
+    "uninstall",
+]

@@ -210,6 +210,7 @@ def validate(backend: str, backend_options: Mapping[str, Any]) -> str:
     Raises:
         As :func:`install`.
     """
+    # importing aipc_loader must not import onnxruntime (every child of an aipc run imports it)
     from onnxwrapper._registry import default_registry
     from onnxwrapper._selection import require_available
 
@@ -249,7 +250,7 @@ def _on_onnxruntime_imported(module) -> None:
 def _facade_class() -> type:
     global _facade
     if _facade is None:
-        from onnxwrapper._session import InferenceSession
+        from onnxwrapper._session import InferenceSession  # on first redirect: see validate()
 
         _facade = InferenceSession
     return _facade

@@ -42,6 +42,8 @@ import types
 import zipfile
 from typing import Any, Iterator, Mapping, Sequence
 
+from aipc_loader import _patch
+from aipc_loader._bootstrap import export_to_environment
 from aipc_loader._env import ChildConfig
 
 __all__ = ["LaunchError", "run_script", "run_module", "run_path_as_main", "run_module_as_main",
@@ -134,8 +136,6 @@ def aipc_environment(config: ChildConfig | None, *, restore: bool = True) -> Ite
     if config is None:
         yield None
         return
-    from aipc_loader import _patch
-    from aipc_loader._bootstrap import export_to_environment
 
     name = _patch.validate(config.backend, config.backend_options)
     config = dataclasses.replace(config, backend=name)

@@ -4,3 +4,4 @@ One module per backend, named after its registry name (``cpu.py`` → backend ``
 protocol lives in :mod:`onnxwrapper.backends.base`. Backends are discovered through the
 entry-point group ``onnxwrapper.backends``; nothing is imported here.
 """
+__all__: list[str] = []

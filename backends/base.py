@@ -38,7 +38,6 @@ from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, Inter
 from onnxwrapper.kernel import ModelMetadataInfo
 
 __all__ = [
-    "RUN_METHODS",
     "Availability",
     "Backend",
     "BackendSession",
@@ -47,6 +46,7 @@ __all__ = [
     "OptionSpec",
     "OrtBackendSession",
     "OrtSessionArgs",
+    "RUN_METHODS",
     "SessionDescription",
     "SessionRequest",
     "capability_error",

@@ -51,7 +51,7 @@ from onnxwrapper.backends.qai import QaiBackend
 from onnxwrapper.errors import ArtifactError, BackendRunError, BackendUnavailableError
 from onnxwrapper.kernel import ModelMetadataInfo, ModelSource
 
-__all__ = ["SnpeBackend", "SnpeSession", "Sdk", "find_sdk", "host_arch_dirs", "parse_dlc_info"]
+__all__ = ["Sdk", "SnpeBackend", "SnpeSession", "find_sdk", "host_arch_dirs", "parse_dlc_info"]
 
 _RUNTIME_FLAGS = {"cpu": [], "gpu": ["--use_gpu"], "dsp": ["--use_dsp"], "aip": ["--use_aip"]}
 _PERF = ("burst", "high_performance", "sustained_high_performance", "balanced", "default", "power_saver",

@@ -31,19 +31,19 @@ from onnxruntime.capi.onnxruntime_pybind11_state import EPFail as _OrtEPFail
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail as _OrtFail
 
 __all__ = [
-    "OnnxwrapperError",
-    "BackendError",
-    "BackendNotFoundError",
-    "BackendUnavailableError",
-    "BackendOptionError",
-    "BackendValidationError",
+    "ArtifactError",
     "BackendCapabilityError",
     "BackendConfigConflictError",
+    "BackendError",
+    "BackendNotFoundError",
+    "BackendOptionError",
     "BackendRunError",
-    "SessionClosedError",
-    "PartitionError",
-    "ArtifactError",
+    "BackendUnavailableError",
+    "BackendValidationError",
     "InternalError",
+    "OnnxwrapperError",
+    "PartitionError",
+    "SessionClosedError",
 ]
 
 

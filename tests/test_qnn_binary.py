@@ -51,8 +51,8 @@ shutil.copy("conv_ctx_qnn.bin", "user/model.htp.bin")
 x = np.random.default_rng(0).random((1, 3, 8, 8), dtype=np.float32)
 via_epcontext = ort.InferenceSession("conv_ctx.onnx", options()).run(None, {"X": x})[0]
 import onnxwrapper as ow
-from onnxwrapper.backends.qnn._artifacts import register_artifact_resolver
-undo = register_artifact_resolver(qb.resolve_raw_context_binary)
+from onnxwrapper.backends.qnn._artifacts import register_artifact_resolver, resolve_raw_context_binary
+undo = register_artifact_resolver(resolve_raw_context_binary)
 try:
     sess = ow.InferenceSession("user/model.onnx", backend="qnn", backend_options={"cache_dir": cache})
     via_raw = sess.run(None, {"X": x})[0]

@@ -32,7 +32,9 @@ import os
 import sys
 from typing import Callable, MutableMapping
 
+from aipc_loader import _patch
 from aipc_loader._env import ACTIVE_VARIABLE, ChildConfig, decode_child_config, encode_child_config
+from aipc_loader._report import SessionReporter
 
 __all__ = ["BOOTSTRAP_DIR", "export_to_environment", "activate_from_environment"]
 
@@ -89,11 +91,9 @@ def activate_from_environment(environ=None) -> bool:
     if not text:
         return False
     config = decode_child_config(text)
-    from aipc_loader import _patch
 
     _patch._activate(_patch.Activation(config.backend, dict(config.backend_options)))
     if config.verbose or config.report_partition:
-        from aipc_loader._report import SessionReporter
 
         SessionReporter(verbose=config.verbose, report_partition=config.report_partition,
                         prefix=f"aipc[{os.getpid()}]: ").start()

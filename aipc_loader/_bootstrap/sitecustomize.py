@@ -40,7 +40,7 @@ def _aipc_bootstrap() -> None:
     text = os.environ.get("AIPC_ACTIVE")
     if text:
         try:
-            from aipc_loader._bootstrap import activate_from_environment
+            from aipc_loader._bootstrap import activate_from_environment  # only where AIPC_ACTIVE asks
 
             activate_from_environment()
         except Exception as exc:  # never break an interpreter's start-up

@@ -9,8 +9,7 @@ Built-in order:
    ``*_qnn.bin`` when it was generated with ``ep.context_embed_mode=0``.
 2. :func:`resolve_raw_context_binary` — raw QNN context binaries in the naming conventions of
    qai_appbuilder's wrapper (``<stem>.htp.bin``, ``<stem>.onnx.htp.bin``, …, ``<stem>_ctx_qnn.bin``,
-   ``<stem>.bin`` last), wrapped into an EPContext model by ``backends/qnn/_binary.py`` (issue 7),
-   imported on first use.
+   ``<stem>.bin`` last), wrapped into an EPContext model by ``backends/qnn/_binary.py``.
 
 Models with dynamic input dims are compiled per feed shape; before compiling a specialization the
 backend asks :data:`SPECIALIZATION_RESOLVERS` (built in:
@@ -34,7 +33,10 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from onnxwrapper.backends._foreign_io import find_artifact
+from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
 from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel import shapes_note
 
 __all__ = ["ResolvedArtifact", "ArtifactResolver", "ARTIFACT_RESOLVERS", "SPECIALIZATION_RESOLVERS",
            "register_artifact_resolver", "resolve_precompiled", "resolve_specialization",
@@ -75,15 +77,24 @@ def resolve_epcontext_next_to_model(source, settings) -> ResolvedArtifact | None
 
 
 def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
-    """A raw QNN context binary next to the model, wrapped as an EPContext model (see
-    ``onnxwrapper.backends.qnn._binary.resolve_raw_context_binary``, imported here on first use).
+    """A raw QNN context binary next to the model (:data:`~onnxwrapper.backends.qnn._binary.RAW_BINARY_SUFFIXES`
+    order, ``<stem>.bin`` skipped next to ``<stem>.cpp``), wrapped as an EPContext model by
+    :func:`~onnxwrapper.backends.qnn._binary.wrap_raw_binary` (graph ``settings.graph`` when set), or
+    ``None`` when there is none. The user's folder is never written (the wrapper is cached in
+    ``settings.cache_dir``, else the onnxwrapper cache).
 
     Raises:
         ArtifactError: a binary was found but cannot be read or wrapped (e.g. quantized IO).
     """
-    from onnxwrapper.backends.qnn._binary import resolve_raw_context_binary as resolve
-
-    return resolve(source, settings)
+    if source.path is None:
+        return None
+    names = [source.stem + s for s in RAW_BINARY_SUFFIXES]
+    found, _tried = find_artifact(source.directory, names, refuse_if={f"{source.stem}.bin": f"{source.stem}.cpp"})
+    if found is None:
+        return None
+    ctx, graph = wrap_raw_binary(found, graph=getattr(settings, "graph", None), onnx_model=source.load_proto(),
+                                 cache_dir=getattr(settings, "cache_dir", None))
+    return ResolvedArtifact(ctx, "context_binary", found, f"raw QNN context binary, graph '{graph.name}'")
 
 
 _shape_memo: dict[tuple, dict | None] = {}
@@ -129,7 +140,6 @@ def resolve_epcontext_specialization(source, settings, shapes) -> ResolvedArtifa
     and whose shape of every input in ``shapes`` equals it; ``None`` when there is none."""
     import glob
 
-    from onnxwrapper.kernel._shapes import shapes_note
 
     if source.path is None:
         return None

@@ -37,10 +37,13 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
+from onnxwrapper.backends import _foreign_io as fio
+from onnxwrapper.backends._foreign_io import sanitize_qnn_name
 from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel import ArtifactCache, make_key
 
 __all__ = ["TensorInfo", "GraphInfo", "BinaryInfo", "read_binary_info", "system_library", "epcontext_model",
-           "wrap_raw_binary", "resolve_raw_context_binary", "RAW_BINARY_SUFFIXES"]
+           "wrap_raw_binary", "RAW_BINARY_SUFFIXES"]
 
 ENV_SYSTEM_LIB = "ONNXWRAPPER_QNN_SYSTEM_LIB"
 
@@ -356,7 +359,6 @@ def epcontext_model(binary: str, graph: GraphInfo, folder: str, *, onnx_model=No
     import onnx
     from onnx import helper as h
 
-    from onnxwrapper.backends import _foreign_io as fio
 
     def natives(tensors):
         return [fio.NativeTensor(t.name, t.shape, fio.native_type(t.dtype, binary)) for t in tensors]
@@ -404,7 +406,6 @@ def _graph_for(info: BinaryInfo, model) -> GraphInfo:
     (exactly or QNN-sanitized)."""
     if len(info.graphs) == 1:
         return info.graphs[0]
-    from onnxwrapper.backends._foreign_io import sanitize_qnn_name
 
     inits = {i.name for i in model.graph.initializer}
     want = [{v.name for v in model.graph.input if v.name not in inits}, {v.name for v in model.graph.output}]
@@ -429,7 +430,6 @@ def wrap_raw_binary(binary: str, *, graph=None, onnx_model=None, cache_dir: str 
     Raises:
         ArtifactError: unreadable binary, unknown/ambiguous graph, interface mismatch.
     """
-    from onnxwrapper.kernel._cache import ArtifactCache, make_key
 
     info = read_binary_info(binary)
     chosen = info.graph(graph) if graph is not None or onnx_model is None else _graph_for(info, onnx_model)
@@ -442,22 +442,3 @@ def wrap_raw_binary(binary: str, *, graph=None, onnx_model=None, cache_dir: str 
         key, lambda folder: {"ctx": os.path.basename(epcontext_model(binary, chosen, folder, onnx_model=onnx_model,
                                                                    name_map=name_map, build_id=info.build_id))})
     return entry.file(entry.meta["ctx"]), chosen
-
-
-def resolve_raw_context_binary(source, settings):
-    """``qnn`` backend resolver: a raw context binary next to the model (:data:`RAW_BINARY_SUFFIXES`
-    order, ``<stem>.bin`` skipped next to ``<stem>.cpp``) wrapped by :func:`wrap_raw_binary` (graph
-    ``settings.graph`` when set), or ``None`` when there is none. The user's folder is never written (the wrapper is cached in
-    ``settings.cache_dir``, else the onnxwrapper cache)."""
-    from onnxwrapper.backends._foreign_io import find_artifact
-    from onnxwrapper.backends.qnn._artifacts import ResolvedArtifact
-
-    if source.path is None:
-        return None
-    names = [source.stem + s for s in RAW_BINARY_SUFFIXES]
-    found, _tried = find_artifact(source.directory, names, refuse_if={f"{source.stem}.bin": f"{source.stem}.cpp"})
-    if found is None:
-        return None
-    ctx, graph = wrap_raw_binary(found, graph=getattr(settings, "graph", None), onnx_model=source.load_proto(),
-                                 cache_dir=getattr(settings, "cache_dir", None))
-    return ResolvedArtifact(ctx, "context_binary", found, f"raw QNN context binary, graph '{graph.name}'")

@@ -24,10 +24,9 @@ import os
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
-from onnxwrapper.kernel._cache import ArtifactCache, CacheEntry, make_key
-from onnxwrapper.kernel._partition import PartitionReport
-from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, native_stdout_guard, qnn_versions)
+from onnxwrapper.backends.qnn._runtime import EP_NAME, copy_session_options, native_stdout_guard, qnn_versions
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
+from onnxwrapper.kernel import ArtifactCache, CacheEntry, PartitionReport, __version__, make_key
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
            "qnn_creation_guard", "create_qnn_session",
@@ -196,7 +195,6 @@ def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shape
              "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}, "session_config": dict(so_entries),
              "graph_optimization_level": int(graph_optimization_level)}
     if patches:
-        from onnxwrapper.kernel._version import __version__
 
         parts["patches"] = [dict(p) for p in patches]
         parts["onnxwrapper"] = __version__

@@ -13,9 +13,10 @@ Order of work (each step can raise, nothing native happens before step 4):
    dynamic model: a metadata session + per-shape specializations built on demand (a precompiled
    ``<stem>_ctx*.onnx`` for that shape first, else cached / compiled).
 
-Compiles go through :func:`onnxwrapper.backends.qnn._patching.compile_with_patches`: nodes the QNN
-EP leaves on CPU are patched and the model recompiled when the ``patches`` option allows it;
-``strict`` is judged on the partition after patching.
+Compiles go through the one QNN compile pipeline (:mod:`onnxwrapper.backends.qnn._pipeline`,
+shared with ``compile_model``): nodes the QNN EP leaves on CPU are patched and the model
+recompiled when the ``patches`` option allows it; ``strict`` is judged on the partition after
+patching.
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ import os
 import time
 from typing import Any
 
-from onnxwrapper.kernel._partition import PartitionReport
+import onnx
+import onnxruntime
+
+from onnxwrapper.backends._foreign_io import companion_onnx
 from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
-from onnxwrapper.backends.qnn._compile import (build_session_options, cached_compile, compile_cache_key,
-                                               create_qnn_session)
-from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
-from onnxwrapper.backends.qnn._runtime import (EP_NAME, claim_config, copy_session_options, ensure_registered,
-                                               user_qnn_ep_options)
+from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
+from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
+from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, QnnSetup, qnn_setup
+from onnxwrapper.backends.qnn._runtime import EP_NAME, copy_session_options, user_qnn_ep_options
 from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition
-from onnxwrapper.backends.qnn._settings import merge_raw_options, resolve_settings
+from onnxwrapper.backends.qnn._settings import merge_raw_options
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
+from onnxwrapper.kernel import (ModelSource, PartitionReport, dynamic_inputs, modelmeta_from_onnx, shapes_note,
+                                specialize)
 
 __all__ = ["open_session", "request_ep_options"]
 
@@ -72,14 +77,11 @@ def _is_raw_binary(source) -> bool:
     return source.path is not None and source.path.lower().endswith(".bin")
 
 
-def _open_raw_binary(source, settings, devices, user_so, kwargs, configs, label: str, warn_key: str):
+def _open_raw_binary(setup: QnnSetup, configs, warn_key: str):
     """Session on one graph of a raw QNN context binary, wrapped as an EPContext model
     (``backends/qnn/_binary.py``); names/order/dtypes/metadata from the companion ONNX model."""
-    from onnxwrapper.kernel._model_source import ModelSource
-    from onnxwrapper.backends._foreign_io import companion_onnx
-    from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
-
     start = time.perf_counter()
+    source, settings = setup.source, setup.settings
     if not os.path.isfile(source.path):
         source.read_bytes()  # ORT's NoSuchFile (missing) / InvalidProtobuf (a directory)
     companion_path = companion_onnx(source.path, RAW_BINARY_SUFFIXES, settings.companion)
@@ -88,13 +90,16 @@ def _open_raw_binary(source, settings, devices, user_so, kwargs, configs, label:
                                   cache_dir=settings.cache_dir)
     meta = None
     if companion is not None:
-        import onnx
-
         meta = _model_meta_override(onnx.load(ctx, load_external_data=False), companion)
-    so = build_session_options(user_so, settings.ep_options, devices, configs)
     info = ArtifactInfo("precompiled", ctx, None, time.perf_counter() - start)
-    return QnnStaticSession(ctx, so, kwargs, report=None, strict=settings.strict, label=label, warn_key=warn_key,
-                            artifact=info, model_meta=meta)
+    return _static(setup, ctx, configs, None, info, warn_key, model_meta=meta)
+
+
+def _static(setup: QnnSetup, ctx, configs, report, info, warn_key: str, model_meta=None) -> QnnStaticSession:
+    """The static session of EPContext model ``ctx`` (session options: the user's + ``configs`` + the QNN EP)."""
+    so = build_session_options(setup.user_so, setup.settings.ep_options, setup.devices, configs)
+    return QnnStaticSession(ctx, so, setup.kwargs, report=report, strict=setup.settings.strict, label=setup.label,
+                            warn_key=warn_key, artifact=info, model_meta=model_meta)
 
 
 def _refuse_graph_option(settings, why: str) -> None:
@@ -106,7 +111,6 @@ def _refuse_graph_option(settings, why: str) -> None:
 
 def _model_meta_override(ctx_proto, original):
     """A look-alike ModelMetadata of ``original`` when the artifact's metadata differs, else ``None``."""
-    from onnxwrapper.kernel._metadata import modelmeta_from_onnx
 
     wanted = modelmeta_from_onnx(original)
     got = modelmeta_from_onnx(ctx_proto)
@@ -119,74 +123,42 @@ def open_session(config: dict[str, Any], request, availability):
     Args:
         config: validated backend options. request: the SessionRequest. availability: probe result.
     """
-    import onnxruntime
-
-    from onnxwrapper.kernel._cache import ArtifactCache
-    from onnxwrapper.kernel._model_source import ModelSource
-    from onnxwrapper.kernel._shapes import dynamic_inputs, shapes_note, specialize
-
     source = ModelSource.from_arg(request.path_or_bytes)
     if _is_ort_format(request, source):
         raise BackendCapabilityError("Backend 'qnn' compiles ONNX models; ORT-format (.ort) models are not "
                                      "supported. Pass the .onnx model.", backend="qnn")
     raw_binary = _is_raw_binary(source)
     proto = None if raw_binary else source.load_proto()
-    label = _label(source)
     stem = source.stem or "model"
-    settings = resolve_settings(config, request_ep_options(request), real_npu=availability.real_npu,
-                                default_profile_path=os.path.abspath(f"onnxwrapper_qnn_profile_{stem}.csv"))
+    setup = qnn_setup(config, request_ep_options(request), source, user_so=request.sess_options,
+                      kwargs=request.kwargs, label=_label(source), real_npu=availability.real_npu,
+                      default_profile_path=os.path.abspath(f"onnxwrapper_qnn_profile_{stem}.csv"))
+    settings, label = setup.settings, setup.label
     if not raw_binary and settings.companion is not None:
         raise BackendOptionError("Option 'onnx' names the ONNX model of a raw QNN context binary given as the model "
                                  "path; here the model path is the ONNX model itself. Drop it.", backend="qnn")
-    devices = ensure_registered()
-    claim_config(settings.process_config(), label)
-    kwargs = {k: v for k, v in request.kwargs.items() if k != "enable_fallback"}
-    user_so = request.sess_options
-    _copy, so_entries = copy_session_options(user_so, warn=True)
-    level = int(user_so.graph_optimization_level) if user_so is not None else 99
+    setup = setup.register()
     load_configs = {"session.record_ep_graph_assignment_info": "1"}
     # strict sessions are checked on the compile-time partition before loading; the loaded ctx
     # session then also refuses CPU nodes in ORT itself (cannot fire: checked already)
     strict_configs = dict(load_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
     if raw_binary:
-        warn_key = f"{os.path.abspath(source.path)}:{settings.describe()}"
-        return _open_raw_binary(source, settings, devices, user_so, kwargs, load_configs, label, warn_key)
+        return _open_raw_binary(setup, load_configs, f"{os.path.abspath(source.path)}:{settings.describe()}")
     model_hash = source.content_hash()
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
-    cache = ArtifactCache(settings.cache_dir)
+    compile_epcontext = EpContextFromOnnx(CacheStore(setup, proto, model_hash))
+    model_input = source.path if source.path is not None else source.read_bytes()
     dynamic = dynamic_inputs(proto)
-    disabled = settings.disabled_patches()
 
-    def compile_patched(model_input, proto_to_patch, shapes, note, start: float):
-        """``(ctx path, report, ArtifactInfo)`` of the (patched) cached compile of ``model_input``."""
-        built: list[float] = []  # build seconds of the entries compiled now (original and patched)
-
-        def key_for(records):
-            return compile_cache_key(model_hash, settings.compile_options(), shapes, so_entries, level, records)
-
-        def compile_fn(model_in, records):
-            entry, ctx, report = cached_compile(cache, key_for(records), model_in, user_so, settings.ep_options,
-                                                devices, original=proto, external_data_dir=source.directory,
-                                                kwargs=kwargs, note=note)
-            if not entry.hit:
-                built.append(entry.build_seconds)
-            return (entry, ctx), report
-
-        (entry, ctx), report, _records = compile_with_patches(compile_fn, model_input, proto_to_patch, disabled,
-                                                              label=note, memo=FailureMemo(cache, key_for))
-        seconds = sum(built) if not entry.hit else time.perf_counter() - start
-        info = ArtifactInfo("cache" if entry.hit else "compiled", ctx, dict(shapes) if shapes else None, seconds,
-                            entry.key)
-        return ctx, report, info
+    def artifact_info(compiled, shapes) -> ArtifactInfo:
+        return ArtifactInfo("cache" if compiled.reused else "compiled", compiled.ctx_path,
+                            dict(shapes) if shapes else None, compiled.seconds, compiled.key)
 
     if not dynamic and _is_epcontext_model(proto):
         # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
         _refuse_graph_option(settings, "this model is an EPContext model")
-        model_input = source.path if source.path is not None else source.read_bytes()
-        so = build_session_options(user_so, settings.ep_options, devices, load_configs)
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
-        return QnnStaticSession(model_input, so, kwargs, report=None, strict=settings.strict, label=label,
-                                warn_key=warn_key, artifact=info)
+        return _static(setup, model_input, load_configs, None, info, warn_key)
     if not dynamic:
         start = time.perf_counter()
         artifact = resolve_precompiled(source, settings)
@@ -194,41 +166,37 @@ def open_session(config: dict[str, Any], request, availability):
             _refuse_graph_option(settings, "no raw context binary is used for this model")
         if artifact is not None:
             ctx_proto = check_artifact_interface(artifact, proto)
-            so = build_session_options(user_so, settings.ep_options, devices, load_configs)
             info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
-            return QnnStaticSession(artifact.ctx_path, so, kwargs, report=None, strict=settings.strict, label=label,
-                                    warn_key=warn_key, artifact=info, model_meta=_model_meta_override(ctx_proto, proto))
-        model_input = source.path if source.path is not None else source.read_bytes()
-        ctx, report, info = compile_patched(model_input, proto, None, label, start)
-        check_partition(report, strict=settings.strict, label=label, warn_key=warn_key, stacklevel=4)
-        so = build_session_options(user_so, settings.ep_options, devices, strict_configs)
-        return QnnStaticSession(ctx, so, kwargs, report=report, strict=settings.strict, label=label,
-                                warn_key=warn_key, artifact=info)
+            return _static(setup, artifact.ctx_path, load_configs, None, info, warn_key,
+                           model_meta=_model_meta_override(ctx_proto, proto))
+        compiled = compile_epcontext(model_input, proto, None, label)
+        check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key, stacklevel=4)
+        return _static(setup, compiled.ctx_path, strict_configs, compiled.report, artifact_info(compiled, None),
+                       warn_key)
     _refuse_graph_option(settings, "this model has dynamic input shapes (compiled per feed shape)")
 
-    def build(shapes: dict[str, tuple]):
+    def specialization(shapes: dict[str, tuple]):
+        """The ORT session of the specialization for ``shapes``: precompiled next to the model, else compiled."""
         start = time.perf_counter()
         note = f"{label} [{shapes_note(shapes)}]"
         artifact = resolve_specialization(source, settings, shapes)
         if artifact is not None:
             check_artifact_interface(artifact, proto)
-            so = build_session_options(user_so, settings.ep_options, devices, load_configs)
-            session = create_qnn_session(artifact.ctx_path, so, kwargs)
+            so = build_session_options(setup.user_so, settings.ep_options, setup.devices, load_configs)
+            session = create_qnn_session(artifact.ctx_path, so, setup.kwargs)
             report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=note)
             return session, report, ArtifactInfo("precompiled", artifact.ctx_path, dict(shapes),
                                                  time.perf_counter() - start)
         spec = specialize(proto, shapes)
-        ctx, report, info = compile_patched(spec.SerializeToString(), spec, shapes, note, start)
+        compiled = compile_epcontext(spec.SerializeToString(), spec, shapes, note)
         if settings.strict:
-            check_partition(report, strict=True, label=note, warn_key=warn_key)
-        session = create_qnn_session(ctx, build_session_options(user_so, settings.ep_options, devices, strict_configs),
-                                     kwargs)
-        return session, report, info
+            check_partition(compiled.report, strict=True, label=note, warn_key=warn_key)
+        so = build_session_options(setup.user_so, settings.ep_options, setup.devices, strict_configs)
+        return create_qnn_session(compiled.ctx_path, so, setup.kwargs), compiled.report, artifact_info(compiled, shapes)
 
-    meta_so, _entries = copy_session_options(user_so)
+    meta_so, _entries = copy_session_options(setup.user_so)
     meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     meta_so.enable_profiling = False
-    model_input = source.path if source.path is not None else source.read_bytes()
-    return QnnDynamicSession(model_input, meta_so, kwargs, build=build, dynamic_names=list(dynamic),
+    return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=specialization, dynamic_names=list(dynamic),
                              ep_options=settings.ep_options, max_specializations=settings.max_specializations,
                              strict=settings.strict, label=label, warn_key=warn_key)

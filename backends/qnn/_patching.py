@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from onnxwrapper.kernel._partition import PartitionReport
 from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError, PartitionError
+from onnxwrapper.kernel import PartitionReport, make_key
+from onnxwrapper.patches import list_patches, patch_offloaded
 
 __all__ = ["convert_patches", "disabled_patches", "compile_with_patches", "FailureMemo"]
 
@@ -37,8 +38,6 @@ _log = logging.getLogger("onnxwrapper.qnn")
 
 
 def _registered() -> list[str]:
-    from onnxwrapper.patches import list_patches
-
     return [p.name for p in list_patches()]
 
 
@@ -100,8 +99,6 @@ class FailureMemo:
         self.key_for = key_for
 
     def _key(self, records: list) -> str:
-        from onnxwrapper.kernel._cache import make_key
-
         return make_key({"failed-patched-compile": self.key_for(records)})
 
     def known(self, records: list) -> str | None:
@@ -155,7 +152,6 @@ def compile_with_patches(compile_fn: Callable[[Any, list], tuple[Any, PartitionR
         first_error, offloaded = exc, list(exc.cpu_nodes)
     if disabled is None or not offloaded:
         return payload, report, []
-    from onnxwrapper.patches import patch_offloaded
 
     try:
         patched, found = patch_offloaded(proto, offloaded, disabled=disabled)

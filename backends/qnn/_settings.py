@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from onnxwrapper.backends.qnn._patching import disabled_patches
 from onnxwrapper.backends.qnn._runtime import QnnProcessConfig
 from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
@@ -57,7 +58,6 @@ class QnnSettings:
 
     def disabled_patches(self) -> tuple[str, ...] | None:
         """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
-        from onnxwrapper.backends.qnn._patching import disabled_patches
 
         return disabled_patches(self.patches)
 

@@ -119,7 +119,7 @@ def _user_model(session) -> tuple[str | None, bytes | None]:
 def _declared_types(session) -> dict:
     """``{input name: numpy dtype}`` from the session's declared inputs (empty when unknown)."""
     try:
-        from onnxwrapper.kernel._feeds import ort_type_to_numpy
+        from onnxwrapper.kernel import ort_type_to_numpy
 
         return {i.name: ort_type_to_numpy(i.type) for i in session.get_inputs()}
     except Exception:  # metadata unavailable: lists are recorded as numpy infers them
@@ -481,6 +481,6 @@ def _array_meta(name: str, arr: np.ndarray | None, key: str) -> dict:
 def _tool_versions() -> dict:
     import onnxruntime
 
-    from onnxwrapper.kernel._version import __version__
+    from onnxwrapper.kernel import __version__
 
     return {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__}

@@ -43,7 +43,7 @@ def to_document(result) -> dict:
     """The report document of a :class:`~onnxwrapper.diff.DiffResult` (a plain, JSON-safe dict)."""
     import onnxruntime
 
-    from onnxwrapper.kernel._version import __version__
+    from onnxwrapper.kernel import __version__
 
     doc = {
         "schema": SCHEMA,

@@ -33,11 +33,11 @@ from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, sh
 from onnxwrapper.kernel._version import __version__
 
 __all__ = [
+    "ArtifactCache",
+    "CacheEntry",
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
     "FORMAT_VERSION",
-    "ArtifactCache",
-    "CacheEntry",
     "ModelMetadataInfo",
     "ModelSource",
     "NodeArgInfo",

@@ -25,19 +25,19 @@ from onnxwrapper.toolkit._quantize import (PRECISIONS, AccuracyReport, Agreement
                                            quantize_qdq, three_way_check)
 
 __all__ = [
-    "CPU_EP",
-    "OPTIMIZED",
-    "PRECISIONS",
-    "QNN_EP",
     "AccuracyReport",
     "Agreement",
+    "CPU_EP",
     "CalibrationError",
     "CalibrationSet",
     "FeedsDataReader",
     "Inspection",
     "NodePrediction",
+    "OPTIMIZED",
     "OutputAccuracy",
+    "PRECISIONS",
     "PartitionPrediction",
+    "QNN_EP",
     "QuantizeResult",
     "TensorSummary",
     "calibration_from_capture",

@@ -28,10 +28,12 @@ from typing import Any, Mapping, Sequence
 import onnx
 from onnx import helper
 
-from onnxwrapper.toolkit._inspect_partition import (CPU_EP, OPTIMIZED, QNN_EP, NodePrediction, PartitionPrediction,
-                                                    map_session, predict_partition_rules, probe_partition, qnn_runs_here,
-                                                    rule_reason)
+from onnxwrapper.backends.qnn import read_binary_info
+from onnxwrapper.kernel import dynamic_inputs, specialize
 from onnxwrapper.patches import PatchMatch, find_patches, load_model_proto, name_unnamed_nodes
+from onnxwrapper.toolkit._inspect_partition import (CPU_EP, OPTIMIZED, QNN_EP, NodePrediction, PartitionPrediction,
+                                                    map_session, predict_partition_rules, probe_partition,
+                                                    qnn_runs_here, rule_reason)
 
 __all__ = ["TensorSummary", "NodePrediction", "PartitionPrediction", "Inspection", "inspect_model",
            "inspect_binary", "format_binary", "parse_shape_arg", "parse_dim_arg", "make_static",
@@ -91,7 +93,6 @@ def make_static(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
     """
     from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
 
-    from onnxwrapper.kernel._shapes import specialize
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
@@ -263,7 +264,6 @@ def inspect_model(model: Any, *, backend: str | None = None, backend_options: Ma
     if not use_session:
         result.partition = predict_partition_rules(proto, options=options, patches=result.patches)
         return result
-    from onnxwrapper.kernel._shapes import dynamic_inputs
 
     pending = dynamic_inputs(proto)
     if pending:
@@ -300,7 +300,6 @@ def inspect_binary(path) -> dict:
     Raises:
         FileNotFoundError: no such file. ArtifactError: not a context binary the QNN System library reads.
     """
-    from onnxwrapper.backends.qnn import read_binary_info
 
     path = os.fspath(path)
     if not os.path.isfile(path):

@@ -31,7 +31,11 @@ from typing import Any, Mapping, Sequence
 
 import onnx
 
+import onnxwrapper
+from onnxwrapper._registry import default_registry
 from onnxwrapper.backends.qnn import QNN_OP_TYPES, qnn_rejection_reason
+from onnxwrapper.errors import PartitionError
+from onnxwrapper.kernel import is_static
 from onnxwrapper.patches import PatchMatch
 
 __all__ = ["NodePrediction", "PartitionPrediction", "predict_partition_rules", "probe_partition", "map_session",
@@ -113,7 +117,6 @@ def rule_reason(node: onnx.NodeProto, model: onnx.ModelProto, dynamic: bool) -> 
 def predict_partition_rules(model: onnx.ModelProto, *, backend: str = "qnn", options: Mapping | None = None,
                             patches: Sequence[PatchMatch] = ()) -> PartitionPrediction:
     """Static partition prediction (see module doc); ``model`` must have named nodes."""
-    from onnxwrapper.kernel._shapes import is_static
 
     dynamic = not is_static(model)
     by_index = {m.node_index: m.patch for m in patches if m.applicable}
@@ -140,8 +143,6 @@ def _child_main(argv: Sequence[str]) -> int:
 
     import onnxruntime
 
-    import onnxwrapper
-    from onnxwrapper.errors import PartitionError
 
     opts = json.loads(argv[0])
     data = sys.stdin.buffer.read()
@@ -228,7 +229,6 @@ def map_session(model: onnx.ModelProto, partition: dict | None, reasons: Mapping
 def qnn_runs_here() -> bool:
     """True when the ``qnn`` backend is available in this environment (then the probe can run)."""
     try:
-        from onnxwrapper._registry import default_registry
 
         return bool(default_registry().probe("qnn").available)
     except Exception:  # noqa: BLE001 - any failure means "cannot probe"; rules are used instead

@@ -35,6 +35,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import onnx
 
+import onnxwrapper
+from onnxwrapper.diff import metrics as m
+from onnxwrapper.diff import read_capture
 from onnxwrapper.errors import OnnxwrapperError
 
 __all__ = ["PRECISIONS", "CalibrationError", "CalibrationSet", "FeedsDataReader", "calibration_from_capture",
@@ -145,7 +148,6 @@ def calibration_from_capture(directory: Any, model: Any, *, max_samples: int | N
         CalibrationError: no model of the capture matches, or it has no recorded feeds.
         onnxwrapper.diff.CaptureFormatError: not a capture directory.
     """
-    from onnxwrapper.diff import read_capture
 
     capture = read_capture(directory)
     sha, path = _model_sha256(model)
@@ -356,8 +358,6 @@ class AccuracyReport:
 
 
 def _agreement(ys: Sequence[np.ndarray], rs: Sequence[np.ndarray]) -> Agreement:
-    from onnxwrapper.diff import metrics as m
-
     whole = m.ArrayPair(np.concatenate([np.ravel(y) for y in ys]), np.concatenate([np.ravel(r) for r in rs]))
     per_sample = [m.CosineSimilarity()(y, r) for y, r in zip(ys, rs)]
     return Agreement(m.CosineSimilarity().compute(whole), m.SNR().compute(whole), m.MaxAbsError().compute(whole),
@@ -389,7 +389,6 @@ def three_way_check(float_model: Any, qdq_model: Any | None,
     """
     import onnxruntime
 
-    import onnxwrapper
 
     def src(m):
         return m.SerializeToString() if isinstance(m, onnx.ModelProto) else m
