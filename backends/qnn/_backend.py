@@ -1,25 +1,56 @@
-"""The ``qnn`` backend class: its options, its probe, and ``open`` (see :mod:`onnxwrapper.backends.qnn`)."""
+"""The ``qnn`` backend class: its options, its probe, and ``open``.
+
+``QnnBackend.open``: from a :class:`~onnxwrapper.backends.base.SessionRequest` to a backend session.
+
+Order of work (each step can raise, nothing native happens before step 4):
+
+1. the model argument → :class:`~onnxwrapper.kernel._model_source.ModelSource` + ``onnx.ModelProto``
+   (ORT's exception classes and messages for bad input);
+2. raw QNN EP options from the request (the user's SessionOptions, ``providers``/``provider_options``)
+   + backend options → :class:`~onnxwrapper.backends.qnn._settings.QnnSettings`;
+3. the QNN plugin is registered and the process-global configuration pinned;
+4. raw QNN context binary (``.bin`` model path): wrapped in an EPContext model and loaded;
+   EPContext model given directly: loaded as it is;
+   static model: precompiled artifact next to the model, else cached / compiled EPContext;
+   dynamic model: a metadata session + per-shape specializations built on demand (a precompiled
+   ``<stem>_ctx*.onnx`` for that shape first, else cached / compiled).
+
+Compiles go through the one QNN compile pipeline (:mod:`onnxwrapper.backends.qnn._pipeline`,
+shared with ``compile_model``): nodes the QNN EP leaves on CPU are patched and the model
+recompiled when the ``patches`` option allows it; ``strict`` is judged on the partition after
+patching.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
+import time
 from typing import Any
 
+import onnx
 import onnxruntime
 
-from onnxwrapper.backends._foreign_io import companion_option
+from onnxwrapper.backends._foreign_io import companion_onnx, companion_option
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, OptionSpec, SessionRequest
-from onnxwrapper.backends.qnn._open import open_session
+from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
+from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
+from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
 from onnxwrapper.backends.qnn._patching import convert_patches
-from onnxwrapper.backends.qnn._runtime import INSTALL_HINT, ensure_registered, is_x86_host, qnn_versions
+from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn._runtime import (EP_NAME, INSTALL_HINT, copy_session_options, ensure_registered,
+                                               is_x86_host, qnn_versions, user_qnn_ep_options)
+from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition
+from onnxwrapper.backends.qnn._settings import QnnSetup, merge_raw_options, qnn_setup
 from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
-from onnxwrapper.errors import BackendUnavailableError
+from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, BackendUnavailableError
+from onnxwrapper.kernel import (ModelSource, PartitionReport, dynamic_inputs, modelmeta_from_onnx, shapes_note,
+                                specialize)
 
-__all__ = ["QnnBackend", "convert_graph"]
+__all__ = ["QnnBackend", "convert_graph", "open_session", "request_ep_options"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _SRC = "QNN SDK QnnTypes.h Qnn_SocModel_t; QNN 'Supported Snapdragon devices'"
@@ -165,3 +196,161 @@ class QnnBackend(Backend):
                 f"Backend 'qnn' is not available: {availability.reason}. To fix: {availability.install_hint}.",
                 backend="qnn", reason=availability.reason, install_hint=availability.install_hint)
         return open_session(self.config, request, availability)
+
+def request_ep_options(request) -> dict[str, str]:
+    """Raw QNN EP options carried by a request, lowest precedence first: the user's SessionOptions
+    entries ``ep.qnnexecutionprovider.*``, then the ``QNNExecutionProvider`` options of
+    ``providers``/``provider_options`` (parsed once by backend selection: ``request.ep_options``),
+    whether or not ``backend=`` was given too."""
+    return merge_raw_options(user_qnn_ep_options(request.sess_options), request.ep_options.get(EP_NAME))
+
+
+def _label(source) -> str:
+    return repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
+
+
+def _is_ort_format(request, source) -> bool:
+    if source.path is not None and source.path.lower().endswith(".ort"):
+        return True
+    so = request.sess_options
+    if so is not None:
+        try:
+            return so.get_session_config_entry("session.load_model_format").upper() == "ORT"
+        except RuntimeError:
+            return False
+    return False
+
+
+def _is_epcontext_model(proto) -> bool:
+    """True when the model already is a compiled EPContext model (it has ``EPContext`` nodes)."""
+    return any(node.op_type == "EPContext" for node in proto.graph.node)
+
+
+def _is_raw_binary(source) -> bool:
+    """True for a model path naming a raw QNN context binary (``*.bin``)."""
+    return source.path is not None and source.path.lower().endswith(".bin")
+
+
+def _open_raw_binary(setup: QnnSetup, configs, warn_key: str):
+    """Session on one graph of a raw QNN context binary, wrapped as an EPContext model
+    (``backends/qnn/_binary.py``); names/order/dtypes/metadata from the companion ONNX model."""
+    start = time.perf_counter()
+    source, settings = setup.source, setup.settings
+    if not os.path.isfile(source.path):
+        source.read_bytes()  # ORT's NoSuchFile (missing) / InvalidProtobuf (a directory)
+    companion_path = companion_onnx(source.path, RAW_BINARY_SUFFIXES, settings.companion)
+    companion = ModelSource(companion_path, None).load_proto() if companion_path else None
+    ctx, _graph = wrap_raw_binary(source.path, graph=settings.graph, onnx_model=companion,
+                                  cache_dir=settings.cache_dir)
+    meta = None
+    if companion is not None:
+        meta = _model_meta_override(onnx.load(ctx, load_external_data=False), companion)
+    info = ArtifactInfo("precompiled", ctx, None, time.perf_counter() - start)
+    return _static(setup, ctx, configs, None, info, warn_key, model_meta=meta)
+
+
+def _static(setup: QnnSetup, ctx, configs, report, info, warn_key: str, model_meta=None) -> QnnStaticSession:
+    """The static session of EPContext model ``ctx`` (session options: the user's + ``configs`` + the QNN EP)."""
+    so = build_session_options(setup.user_so, setup.settings.ep_options, setup.devices, configs)
+    return QnnStaticSession(ctx, so, setup.kwargs, report=report, strict=setup.settings.strict, label=setup.label,
+                            warn_key=warn_key, artifact=info, model_meta=model_meta)
+
+
+def _refuse_graph_option(settings, why: str) -> None:
+    """BackendOptionError when the ``graph`` option is set for a session without a raw context binary."""
+    if settings.graph is not None:
+        raise BackendOptionError(f"Option 'graph' applies to raw QNN context binaries only (a .bin model path, or "
+                                 f"one found next to the model); {why}. Drop it.", backend="qnn")
+
+
+def _model_meta_override(ctx_proto, original):
+    """A look-alike ModelMetadata of ``original`` when the artifact's metadata differs, else ``None``."""
+
+    wanted = modelmeta_from_onnx(original)
+    got = modelmeta_from_onnx(ctx_proto)
+    return None if wanted == got else wanted
+
+
+def open_session(config: dict[str, Any], request, availability):
+    """Open a QNN backend session for ``request`` (see the module docstring).
+
+    Args:
+        config: validated backend options. request: the SessionRequest. availability: probe result.
+    """
+    source = ModelSource.from_arg(request.path_or_bytes)
+    if _is_ort_format(request, source):
+        raise BackendCapabilityError("Backend 'qnn' compiles ONNX models; ORT-format (.ort) models are not "
+                                     "supported. Pass the .onnx model.", backend="qnn")
+    raw_binary = _is_raw_binary(source)
+    proto = None if raw_binary else source.load_proto()
+    stem = source.stem or "model"
+    setup = qnn_setup(config, request_ep_options(request), source, user_so=request.sess_options,
+                      kwargs=request.kwargs, label=_label(source), real_npu=availability.real_npu,
+                      default_profile_path=os.path.abspath(f"onnxwrapper_qnn_profile_{stem}.csv"))
+    settings, label = setup.settings, setup.label
+    if not raw_binary and settings.companion is not None:
+        raise BackendOptionError("Option 'onnx' names the ONNX model of a raw QNN context binary given as the model "
+                                 "path; here the model path is the ONNX model itself. Drop it.", backend="qnn")
+    setup = setup.register()
+    load_configs = {"session.record_ep_graph_assignment_info": "1"}
+    # strict sessions are checked on the compile-time partition before loading; the loaded ctx
+    # session then also refuses CPU nodes in ORT itself (cannot fire: checked already)
+    strict_configs = dict(load_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
+    if raw_binary:
+        return _open_raw_binary(setup, load_configs, f"{os.path.abspath(source.path)}:{settings.describe()}")
+    model_hash = source.content_hash()
+    warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
+    compile_epcontext = EpContextFromOnnx(CacheStore(setup, proto, model_hash))
+    model_input = source.path if source.path is not None else source.read_bytes()
+    dynamic = dynamic_inputs(proto)
+
+    def artifact_info(compiled, shapes) -> ArtifactInfo:
+        return ArtifactInfo("cache" if compiled.reused else "compiled", compiled.ctx_path,
+                            dict(shapes) if shapes else None, compiled.seconds, compiled.key)
+
+    if not dynamic and _is_epcontext_model(proto):
+        # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
+        _refuse_graph_option(settings, "this model is an EPContext model")
+        info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
+        return _static(setup, model_input, load_configs, None, info, warn_key)
+    if not dynamic:
+        start = time.perf_counter()
+        artifact = resolve_precompiled(source, settings)
+        if artifact is None or artifact.kind != "context_binary":
+            _refuse_graph_option(settings, "no raw context binary is used for this model")
+        if artifact is not None:
+            ctx_proto = check_artifact_interface(artifact, proto)
+            info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
+            return _static(setup, artifact.ctx_path, load_configs, None, info, warn_key,
+                           model_meta=_model_meta_override(ctx_proto, proto))
+        compiled = compile_epcontext(model_input, proto, None, label)
+        check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key, stacklevel=4)
+        return _static(setup, compiled.ctx_path, strict_configs, compiled.report, artifact_info(compiled, None),
+                       warn_key)
+    _refuse_graph_option(settings, "this model has dynamic input shapes (compiled per feed shape)")
+
+    def specialization(shapes: dict[str, tuple]):
+        """The ORT session of the specialization for ``shapes``: precompiled next to the model, else compiled."""
+        start = time.perf_counter()
+        note = f"{label} [{shapes_note(shapes)}]"
+        artifact = resolve_specialization(source, settings, shapes)
+        if artifact is not None:
+            check_artifact_interface(artifact, proto)
+            so = build_session_options(setup.user_so, settings.ep_options, setup.devices, load_configs)
+            session = create_qnn_session(artifact.ctx_path, so, setup.kwargs)
+            report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=note)
+            return session, report, ArtifactInfo("precompiled", artifact.ctx_path, dict(shapes),
+                                                 time.perf_counter() - start)
+        spec = specialize(proto, shapes)
+        compiled = compile_epcontext(spec.SerializeToString(), spec, shapes, note)
+        if settings.strict:
+            check_partition(compiled.report, strict=True, label=note, warn_key=warn_key)
+        so = build_session_options(setup.user_so, settings.ep_options, setup.devices, strict_configs)
+        return create_qnn_session(compiled.ctx_path, so, setup.kwargs), compiled.report, artifact_info(compiled, shapes)
+
+    meta_so, _entries = copy_session_options(setup.user_so)
+    meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    meta_so.enable_profiling = False
+    return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=specialization, dynamic_names=list(dynamic),
+                             ep_options=settings.ep_options, max_specializations=settings.max_specializations,
+                             strict=settings.strict, label=label, warn_key=warn_key)

@@ -19,7 +19,7 @@ v1–v3, graph info v1–v3, tensor v1–v2) for 64-bit hosts.
   ``register_artifact_resolver`` (see ``backends/qnn/_artifacts.py``).
 
 The ``qnn`` backend also opens a ``.bin`` given as the model path with :func:`wrap_raw_binary`
-(``backends/qnn/_open.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin`` prints
+(``backends/qnn/_backend.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin`` prints
 :meth:`BinaryInfo.to_dict`.
 
 Limits: the reader needs a libQnnSystem matching the binary's QNN version (newer binaries may be

@@ -20,9 +20,10 @@ import onnx
 
 from onnxwrapper.backends.qnn._backend import QnnBackend
 from onnxwrapper.backends.qnn._compile import dump_dlc
-from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore, qnn_setup
+from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore
 from onnxwrapper.backends.qnn._runtime import qnn_versions, user_qnn_ep_options
 from onnxwrapper.backends.qnn._session import check_partition
+from onnxwrapper.backends.qnn._settings import qnn_setup
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import ModelSource, dynamic_inputs, shapes_note, specialize
 

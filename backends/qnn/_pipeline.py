@@ -4,9 +4,8 @@
 Lazy steps named ``<Output>From<Input>`` (as Polygraphy's loaders), built up front and evaluated
 when called:
 
-* :func:`qnn_setup` — validated backend options + raw QNN EP options → :class:`QnnSetup`
-  (:class:`~onnxwrapper.backends.qnn._settings.QnnSettings`, the QNN devices, the pinned
-  process-global configuration). Settings errors come before anything native happens.
+* the input is a :class:`~onnxwrapper.backends.qnn._settings.QnnSetup` (settings, registered QNN
+  devices, the user's session options);
 * :class:`EpContextFromOnnx` — a static ONNX model → EPContext model + QNN context binary +
   partition: compile, patch the nodes the QNN EP left on CPU and compile again
   (:func:`~onnxwrapper.backends.qnn._patching.compile_with_patches`), into an artifact *store*:
@@ -24,60 +23,11 @@ from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, generate_epcontext
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
-from onnxwrapper.backends.qnn._runtime import claim_config, copy_session_options, ensure_registered
-from onnxwrapper.backends.qnn._settings import QnnSettings, resolve_settings
-from onnxwrapper.kernel import ArtifactCache, ModelSource, PartitionReport
+from onnxwrapper.backends.qnn._runtime import copy_session_options
+from onnxwrapper.backends.qnn._settings import QnnSetup
+from onnxwrapper.kernel import ArtifactCache, PartitionReport
 
-__all__ = ["QnnSetup", "qnn_setup", "Compiled", "CacheStore", "FolderStore", "EpContextFromOnnx"]
-
-
-@dataclass(frozen=True)
-class QnnSetup:
-    """What every compile of one session (or ``compile_model`` call) shares.
-
-    Attributes:
-        source: the model (:class:`onnxwrapper.kernel.ModelSource`). settings: resolved QNN settings.
-        user_so: the user's ``SessionOptions`` or ``None`` (never modified).
-        kwargs: ORT keyword arguments for the QNN sessions (``enable_fallback`` is always 0 there).
-        label: the model's name in messages.
-    """
-
-    source: ModelSource
-    settings: QnnSettings
-    user_so: Any
-    kwargs: Mapping[str, Any]
-    label: str
-    devices: list = field(default_factory=list)
-
-    def register(self) -> "QnnSetup":
-        """Register the QNN plugin EP and pin the process-global configuration; a copy with the devices.
-
-        Raises:
-            BackendUnavailableError, BackendConfigConflictError.
-        """
-        devices = ensure_registered()
-        claim_config(self.settings.process_config(), self.label)
-        copy_session_options(self.user_so, warn=True)  # logs (once per session) what ORT cannot copy
-        return QnnSetup(self.source, self.settings, self.user_so, self.kwargs, self.label, devices)
-
-
-def qnn_setup(config: Mapping[str, Any], raw_ep_options: Mapping[str, Any], source: ModelSource, *, user_so,
-              kwargs: Mapping[str, Any], label: str, real_npu: bool,
-              default_profile_path: str | None = None) -> QnnSetup:
-    """Resolve the settings of one session or compile (nothing native yet; see :meth:`QnnSetup.register`).
-
-    Args:
-        config: validated ``qnn`` backend options. raw_ep_options: raw QNN EP options (the user's
-            SessionOptions, ``providers``). source: the model. user_so: the user's SessionOptions.
-        kwargs: ORT keyword arguments. label: model name for messages. real_npu: from the probe.
-        default_profile_path: QNN profiling CSV used when profiling is on without a path.
-
-    Raises:
-        BackendOptionError: bad or contradictory options.
-    """
-    settings = resolve_settings(config, raw_ep_options, real_npu=real_npu, default_profile_path=default_profile_path)
-    kwargs = {k: v for k, v in kwargs.items() if k != "enable_fallback"}
-    return QnnSetup(source, settings, user_so, kwargs, label)
+__all__ = ["CacheStore", "Compiled", "EpContextFromOnnx", "FolderStore"]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,10 @@ Inputs, lowest precedence first: QNN EP options the user put on their own ``Sess
 option, then the typed backend options (``target``, ``soc_model``, ``htp_arch``, ``precision``,
 ``htp_performance_mode``, ``profiling``). A typed option and a raw option that disagree are an
 error, never a silent choice. See :mod:`onnxwrapper.backends.qnn._targets` for the sources.
+
+:func:`qnn_setup` turns them into the :class:`QnnSetup` of one session or ``compile_model`` call:
+settings errors come first; :meth:`QnnSetup.register` then registers the QNN plugin EP and pins
+the process-global configuration.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._patching import disabled_patches
-from onnxwrapper.backends.qnn._runtime import QnnProcessConfig
+from onnxwrapper.backends.qnn._runtime import QnnProcessConfig, claim_config, copy_session_options, ensure_registered
 from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
 from onnxwrapper.errors import BackendOptionError
+from onnxwrapper.kernel import ModelSource
 
-__all__ = ["QnnSettings", "resolve_settings", "merge_raw_options"]
+__all__ = ["QnnSettings", "QnnSetup", "merge_raw_options", "qnn_setup", "resolve_settings"]
 
 
 @dataclass(frozen=True)
@@ -177,3 +182,52 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        max_specializations=int(config.get("max_specializations") or 8),
                        real_npu=real_npu, patches=config.get("patches", True), graph=config.get("graph"),
                        companion=config.get("onnx"))
+
+
+@dataclass(frozen=True)
+class QnnSetup:
+    """What every compile of one session (or ``compile_model`` call) shares.
+
+    Attributes:
+        source: the model (:class:`onnxwrapper.kernel.ModelSource`). settings: resolved QNN settings.
+        user_so: the user's ``SessionOptions`` or ``None`` (never modified).
+        kwargs: ORT keyword arguments for the QNN sessions (``enable_fallback`` is always 0 there).
+        label: the model's name in messages.
+    """
+
+    source: ModelSource
+    settings: QnnSettings
+    user_so: Any
+    kwargs: Mapping[str, Any]
+    label: str
+    devices: list = field(default_factory=list)
+
+    def register(self) -> "QnnSetup":
+        """Register the QNN plugin EP and pin the process-global configuration; a copy with the devices.
+
+        Raises:
+            BackendUnavailableError, BackendConfigConflictError.
+        """
+        devices = ensure_registered()
+        claim_config(self.settings.process_config(), self.label)
+        copy_session_options(self.user_so, warn=True)  # logs (once per session) what ORT cannot copy
+        return QnnSetup(self.source, self.settings, self.user_so, self.kwargs, self.label, devices)
+
+
+def qnn_setup(config: Mapping[str, Any], raw_ep_options: Mapping[str, Any], source: ModelSource, *, user_so,
+              kwargs: Mapping[str, Any], label: str, real_npu: bool,
+              default_profile_path: str | None = None) -> QnnSetup:
+    """Resolve the settings of one session or compile (nothing native yet; see :meth:`QnnSetup.register`).
+
+    Args:
+        config: validated ``qnn`` backend options. raw_ep_options: raw QNN EP options (the user's
+            SessionOptions, ``providers``). source: the model. user_so: the user's SessionOptions.
+        kwargs: ORT keyword arguments. label: model name for messages. real_npu: from the probe.
+        default_profile_path: QNN profiling CSV used when profiling is on without a path.
+
+    Raises:
+        BackendOptionError: bad or contradictory options.
+    """
+    settings = resolve_settings(config, raw_ep_options, real_npu=real_npu, default_profile_path=default_profile_path)
+    kwargs = {k: v for k, v in kwargs.items() if k != "enable_fallback"}
+    return QnnSetup(source, settings, user_so, kwargs, label)
