@@ -37,9 +37,7 @@ names, order, dtypes and shapes the same way, in one place:
 
 from __future__ import annotations
 
-import abc
 import math
-import os
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -49,15 +47,14 @@ import numpy as np
 import onnx
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-from onnxwrapper.backends.base import ForeignBackendSession
 from onnxwrapper.errors import ArtifactError, BackendRunError, InternalError
 from onnxwrapper.kernel import (NodeArgInfo, check_input, modelmeta_from_onnx, node_args_from_onnx, numpy_to_ort_type,
                                 ort_type_to_numpy)
 
 __all__ = [
-    "NativeType", "NativeTensor", "TensorPlan", "IoPlan", "ForeignSession",
+    "NativeType", "NativeTensor", "TensorPlan", "IoPlan",
     "native_type", "sanitize_qnn_name", "plan_io", "onnx_io", "node_args_from_native", "to_native",
-    "from_native", "find_artifact", "companion_onnx", "companion_option", "name_map_option",
+    "from_native",
 ]
 
 _INVALID_ARG = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
@@ -331,130 +328,3 @@ def from_native(plan: TensorPlan, raw, mode: str, backend: str) -> np.ndarray:
     if values.dtype != plan.dtype:
         values = (values != 0) if plan.dtype == np.bool_ else values.astype(plan.dtype)
     return values.reshape(plan.shape)
-
-
-def find_artifact(directory: str, names: Sequence[str], *, refuse_if: Mapping[str, str] | None = None):
-    """First existing ``directory/name`` in ``names`` order, and the list of paths tried.
-
-    Args:
-        refuse_if: ``{candidate name: sibling name}``: skip the candidate when the sibling exists
-            (e.g. ``model.bin`` next to ``model.cpp`` is a converter weight file, not a binary).
-    """
-    tried = []
-    for name in names:
-        path = os.path.join(directory, name)
-        sibling = (refuse_if or {}).get(name)
-        if os.path.isfile(path) and sibling and os.path.exists(os.path.join(directory, sibling)):
-            tried.append(f"{path} (skipped: {sibling} next to it marks a converter weight file)")
-            continue
-        tried.append(path)
-        if os.path.isfile(path):
-            return path, tried
-    return None, tried
-
-
-def name_map_option(value) -> dict:
-    """``backend_options["name_map"]`` converter: ``{ONNX tensor name: compiled tensor name}``."""
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise TypeError("expected a dict {ONNX tensor name: compiled tensor name}")
-    return dict(value)
-
-
-def companion_option(value):
-    """``backend_options["onnx"]`` converter: a path, or ``False`` for "no ONNX companion"."""
-    if value is False:
-        return False
-    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
-        raise TypeError("expected the path of an ONNX model, or False")
-    return os.fspath(value)
-
-
-def companion_onnx(artifact: str, suffixes: Sequence[str], option=None) -> str | None:
-    """The ONNX model describing ``artifact``: ``option`` when it is a path, none when it is
-    ``False``, else the file next to it (``det.htp.bin`` → ``det.onnx``; ``det.onnx.dlc`` →
-    ``det.onnx``; longest matching artifact suffix first) or ``None`` if absent."""
-    if option is False or option:
-        return option or None
-    base = os.path.basename(artifact)
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if base.endswith(suffix) and len(base) > len(suffix):
-            stem = base[: -len(suffix)]
-            name = stem if stem.endswith(".onnx") else stem + ".onnx"
-            path = os.path.join(os.path.dirname(os.path.abspath(artifact)), name)
-            return path if os.path.isfile(path) else None
-    return None
-
-
-class ForeignSession(ForeignBackendSession):
-    """A planned foreign session: metadata from ONNX (or the artifact), ``run`` through the plans.
-
-    Subclasses implement :meth:`_invoke` (one native call) and :meth:`_release`.
-
-    Args:
-        backend: backend name for errors. inputs, outputs: reported NodeArgInfo lists.
-        modelmeta: ModelMetadataInfo. in_plan, out_plan: :class:`IoPlan`. providers: list of str.
-        provider_options: ``{provider: {key: str}}``. sess_options: SessionOptions to report.
-    """
-
-    def __init__(self, *, backend: str, inputs, outputs, modelmeta, in_plan: IoPlan, out_plan: IoPlan,
-                 providers, provider_options, sess_options) -> None:
-        self._backend = backend
-        self._inputs, self._outputs, self._meta = list(inputs), list(outputs), modelmeta
-        self._in, self._out = in_plan, out_plan
-        self._by_output = {p.onnx.name: p for p in out_plan.tensors}
-        self._providers, self._provider_options = list(providers), dict(provider_options)
-        self._sess_options = sess_options
-        self._closed = False
-
-    def get_inputs(self) -> list:
-        return list(self._inputs)
-
-    def get_outputs(self) -> list:
-        return list(self._outputs)
-
-    def get_modelmeta(self):
-        return self._meta
-
-    def get_providers(self) -> list[str]:
-        return list(self._providers)
-
-    def get_provider_options(self) -> dict:
-        return {k: dict(v) for k, v in self._provider_options.items()}
-
-    def get_session_options(self):
-        if self._sess_options is not None:
-            return self._sess_options
-        return super().get_session_options()
-
-    def run(self, output_names, input_feed, run_options=None) -> list:
-        """Run once: feeds → native buffers → one native call → outputs in the requested order.
-
-        ``output_names``/``input_feed`` are resolved and validated against the ONNX inputs by the
-        façade (one validator, :func:`onnxwrapper.kernel.validate_feed`); here each buffer is checked
-        against the compiled graph's fixed dims (:func:`to_native`).
-
-        Raises:
-            InvalidArgument: feed dims the compiled graph cannot take. BackendRunError: the runtime failed.
-        """
-        if run_options is not None and getattr(run_options, "terminate", False):
-            raise C.Fail("[ONNXRuntimeError] : 1 : FAIL : Exiting due to terminate flag being set to true.")
-        buffers: list = [None] * self._in.native_count
-        for p in self._in.tensors:
-            buffers[p.index] = to_native(p, np.asarray(input_feed[p.onnx.name]), self._in.mode)
-        wanted = [self._by_output[n] for n in output_names]
-        raw = self._invoke(buffers, wanted)
-        return [from_native(p, raw[p.index], self._out.mode, self._backend) for p in wanted]
-
-    @abc.abstractmethod
-    def _invoke(self, buffers: list, wanted: list) -> Mapping[int, object] | Sequence:
-        """Run the compiled graph once on ``buffers`` (native order) and return the raw outputs,
-        indexable by native output index (at least those of ``wanted``)."""
-
-    def _release(self) -> None:
-        """Free native resources (called once by :meth:`close`)."""
-
-    def close(self) -> None:
-        """Release the native resources (idempotent); the façade never runs a closed session."""
-        if not self._closed:
-            self._closed = True
-            self._release()

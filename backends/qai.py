@@ -40,19 +40,18 @@ import inspect
 import os
 import platform
 import sys
-import threading
 import uuid
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import importlib_metadata
 
 from onnxwrapper.backends import _foreign_io as fio
+from onnxwrapper.backends._artifact_files import companion_onnx, companion_option, find_artifact, name_map_option
+from onnxwrapper.backends._qai_session import _PERF, QaiSession
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
 from onnxwrapper.backends.qnn import read_binary_info
-from onnxwrapper.errors import (ArtifactError, BackendConfigConflictError, BackendError, BackendRunError,
-                                BackendUnavailableError)
+from onnxwrapper.errors import ArtifactError, BackendError, BackendUnavailableError
 from onnxwrapper.kernel import ModelMetadataInfo, ModelSource
 
 __all__ = ["QaiBackend", "QaiSdk", "QaiSession", "artifact_candidates"]
@@ -64,8 +63,6 @@ _LOG_LEVELS = {"error": "ERROR", "warn": "WARN", "info": "INFO", "verbose": "VER
 _ORT_SEVERITY = {0: "verbose", 1: "info", 2: "warn", 3: "error", 4: "error"}
 _ARTIFACT_SUFFIXES = (".htp.bin", ".cpu.bin", ".gpu.bin", ".dll.bin", ".so.bin", "_ctx_qnn.bin", ".dlc.bin",
                       ".dlc", ".bin")
-#: qai_appbuilder forbids concurrent Inference() on two contexts (wheel comments, anchor §A.8)
-_NATIVE_LOCK = threading.Lock()
 
 
 def _graph(value):
@@ -140,81 +137,6 @@ def _host_supported() -> bool:
     return sys.platform.startswith("linux") and machine in ("aarch64", "arm64")
 
 
-class _PerfProfiles:
-    """Process-wide perf-profile owner: set once, counted per session, released by the last one."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.active: str | None = None
-        self.users = 0
-
-    def acquire(self, module, profile: str) -> bool:
-        if profile == "default":
-            return False
-        with self._lock:
-            if self.active not in (None, profile):
-                raise BackendConfigConflictError(
-                    f"qai_appbuilder's perf profile is process-wide and '{self.active}' is active for "
-                    f"{self.users} open session(s); this session asks for '{profile}'. Use the same "
-                    f"backend_options['perf_profile'] for every session, or close the others first.",
-                    backend="qai", active=self.active, requested=profile)
-            if self.active is None:
-                module.PerfProfile.SetPerfProfileGlobal(getattr(module.PerfProfile, profile.upper()))
-                self.active = profile
-            self.users += 1
-            return True
-
-    def release(self, module) -> None:
-        with self._lock:
-            self.users -= 1
-            if self.users == 0 and self.active is not None:
-                self.active = None
-                module.PerfProfile.RelPerfProfileGlobal()
-
-
-_PERF = _PerfProfiles()
-
-
-def _cleanup(module, ctx, holds_profile: bool) -> None:
-    try:
-        ctx.release()
-    finally:
-        if holds_profile:
-            _PERF.release(module)
-
-
-class QaiSession(fio.ForeignSession):
-    """An open qai_appbuilder ``QNNContext``; created by :meth:`QaiBackend.open`."""
-
-    def __init__(self, *, module, ctx, graph_index: int, holds_profile: bool, **kwargs) -> None:
-        super().__init__(backend="qai", **kwargs)
-        self._module, self._ctx, self._graph_index = module, ctx, graph_index
-        self._pid = os.getpid()
-        self._finalizer = weakref.finalize(self, _cleanup, module, ctx, holds_profile)
-
-    def _invoke(self, buffers: list, wanted: list):
-        if os.getpid() != self._pid:
-            raise BackendError("This qai session was created in another process (before fork()); QNN state "
-                               "cannot be used after fork. Create the InferenceSession in this process.",
-                               backend="qai")
-        with _NATIVE_LOCK:
-            outputs = self._ctx.Inference(list(buffers), perf_profile=self._module.PerfProfile.DEFAULT,
-                                          graphIndex=self._graph_index)
-        if not outputs:
-            raise BackendRunError(
-                "[ONNXRuntimeError] : 11 : EP_FAIL : qai_appbuilder returned no outputs: the QNN graph failed to "
-                "execute (the native layer reports only this). Run with backend_options={'log_level': 'verbose'} "
-                "to see QNN's log; check that the artifact was compiled for this device's HTP architecture.",
-                backend="qai")
-        if len(outputs) != self._out.native_count:
-            raise BackendRunError(f"[ONNXRuntimeError] : 11 : EP_FAIL : qai_appbuilder returned {len(outputs)} "
-                                     f"outputs, the graph declares {self._out.native_count}.", backend="qai")
-        return outputs
-
-    def _release(self) -> None:
-        self._finalizer()
-
-
 class QaiBackend(Backend):
     """qai_appbuilder (QNN HTP/CPU/GPU) on Windows on Snapdragon; see the module docstring.
 
@@ -239,7 +161,7 @@ class QaiBackend(Backend):
     options = {
         "artifact": OptionSpec("artifact", "path of the compiled .bin/.dlc to run", None, _path),
         "onnx": OptionSpec("onnx", "ONNX model the artifact was compiled from (False: none, use the compiled IO)",
-                           None, fio.companion_option),
+                           None, companion_option),
         "graph": OptionSpec("graph", "graph name or index in a multi-graph context binary", None, _graph),
         "runtime": OptionSpec("runtime", "QNN backend: htp, cpu or gpu", "htp", lambda v: str(v).lower(),
                               tuple(_RUNTIMES)),
@@ -247,7 +169,7 @@ class QaiBackend(Backend):
                                    lambda v: str(v).lower(), ("burst", "high_performance", "default")),
         "input_mode": OptionSpec("input_mode", "input exchange: auto, native or float", "auto", str, _MODES),
         "output_mode": OptionSpec("output_mode", "output exchange: auto, native or float", "auto", str, _MODES),
-        "name_map": OptionSpec("name_map", "{ONNX name: compiled tensor name}", None, fio.name_map_option),
+        "name_map": OptionSpec("name_map", "{ONNX name: compiled tensor name}", None, name_map_option),
         "device_id": OptionSpec("device_id", "0 = NSP, 1-3 = HPASS", 0, int, (0, 1, 2, 3)),
         "core_ids": OptionSpec("core_ids", "comma-separated HTP core ids 0-3", None, str),
         "log_level": OptionSpec("log_level", "QNN log level", None, lambda v: str(v).lower(), tuple(_LOG_LEVELS)),
@@ -364,7 +286,7 @@ class QaiBackend(Backend):
             artifact = src.path
             if not os.path.isfile(artifact):
                 raise ArtifactError(f"Artifact {artifact} does not exist.", path=artifact)
-            onnx_path = fio.companion_onnx(artifact, _ARTIFACT_SUFFIXES, cfg["onnx"])
+            onnx_path = companion_onnx(artifact, _ARTIFACT_SUFFIXES, cfg["onnx"])
             model = ModelSource(onnx_path, None).load_proto() if onnx_path else None
             return os.path.abspath(artifact), model
         if cfg["onnx"] is not None:
@@ -380,7 +302,7 @@ class QaiBackend(Backend):
             raise ArtifactError("A model given as bytes needs backend_options={'artifact': <.bin or .dlc path>}: "
                                 "qai_appbuilder loads compiled artifacts from files.")
         names = artifact_candidates(src.stem, cfg["runtime"])
-        found, tried = fio.find_artifact(src.directory, names, refuse_if={f"{src.stem}.bin": f"{src.stem}.cpp"})
+        found, tried = find_artifact(src.directory, names, refuse_if={f"{src.stem}.bin": f"{src.stem}.cpp"})
         if found is None:
             raise ArtifactError(
                 f"No compiled artifact for {src.path}. Tried, in order: {', '.join(tried)}. Compile the model to "

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from onnxwrapper.backends import _foreign_io as fio
+from onnxwrapper.backends._artifact_files import companion_onnx, companion_option, find_artifact, name_map_option
+from onnxwrapper.backends._foreign_session import ForeignSession
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
 from onnxwrapper.backends.qai import QaiBackend
 from onnxwrapper.errors import ArtifactError, BackendRunError, BackendUnavailableError
@@ -165,7 +167,7 @@ def parse_dlc_info(text: str, where: str | None = None) -> tuple[list, list]:
     return sections["input"], sections["output"]
 
 
-class SnpeSession(fio.ForeignSession):
+class SnpeSession(ForeignSession):
     """A DLC run by ``snpe-net-run`` once per ``run``; created by :meth:`SnpeBackend.open`."""
 
     def __init__(self, *, sdk: Sdk, dlc: str, native_inputs: list, command_flags: list, timeout: float,
@@ -232,14 +234,14 @@ class SnpeBackend(Backend):
     options = {
         "artifact": OptionSpec("artifact", "path of the .dlc to run", None, os.fspath),
         "onnx": OptionSpec("onnx", "ONNX model the DLC was converted from (False: none, use the DLC's IO)", None,
-                           fio.companion_option),
+                           companion_option),
         "runtime": OptionSpec("runtime", "SNPE runtime: dsp, gpu, cpu or aip", "dsp", lambda v: str(v).lower(),
                               tuple(_RUNTIME_FLAGS)),
         "perf_profile": OptionSpec("perf_profile", "snpe-net-run --perf_profile", "burst", lambda v: str(v).lower(),
                                    _PERF),
         "input_mode": OptionSpec("input_mode", "input raw files: auto, native or float", "auto", str, _MODES),
         "output_mode": OptionSpec("output_mode", "output raw files: auto, native or float", "auto", str, _MODES),
-        "name_map": OptionSpec("name_map", "{ONNX name: DLC tensor name}", None, fio.name_map_option),
+        "name_map": OptionSpec("name_map", "{ONNX name: DLC tensor name}", None, name_map_option),
         "sdk_root": OptionSpec("sdk_root", "QAIRT/SNPE SDK root folder", None, os.fspath),
         "timeout": OptionSpec("timeout", "seconds per snpe-net-run call", 600.0, float),
         "engine": OptionSpec("engine", "auto, net-run or qai_appbuilder", "auto", str,
@@ -344,7 +346,7 @@ class SnpeBackend(Backend):
         if src.path is not None and src.path.endswith(".dlc"):
             if not os.path.isfile(src.path):
                 raise ArtifactError(f"DLC {src.path} does not exist.", path=src.path)
-            onnx_path = fio.companion_onnx(src.path, (".dlc",), cfg["onnx"])
+            onnx_path = companion_onnx(src.path, (".dlc",), cfg["onnx"])
             return os.path.abspath(src.path), (ModelSource(onnx_path, None).load_proto() if onnx_path else None)
         model = src.load_proto()
         explicit = cfg["artifact"]
@@ -355,7 +357,7 @@ class SnpeBackend(Backend):
             return os.path.abspath(explicit), model
         if src.path is None:
             raise ArtifactError("A model given as bytes needs backend_options={'artifact': <.dlc path>}.")
-        found, tried = fio.find_artifact(src.directory, [f"{src.stem}.dlc", f"{src.stem}.onnx.dlc"])
+        found, tried = find_artifact(src.directory, [f"{src.stem}.dlc", f"{src.stem}.onnx.dlc"])
         if found is None:
             raise ArtifactError(f"No DLC for {src.path}. Tried: {', '.join(tried)}. Convert the model (e.g. "
                                 f"qairt-converter --input_network {os.path.basename(src.path)} --preserve_io "

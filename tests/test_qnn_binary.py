@@ -24,6 +24,7 @@ import json, os, shutil, sys
 import numpy as np, onnx, onnxruntime as ort, onnxruntime_qnn as oq
 from tests import models
 from onnxwrapper.backends.qnn import _binary as qb
+from onnxwrapper.backends.qnn._wrap import wrap_raw_binary
 
 work, cache = sys.argv[1], sys.argv[2]
 os.chdir(work)
@@ -73,7 +74,7 @@ report["cdr_graphs"] = [g.name for g in info.graphs]
 feeds = [{"X": np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)}, {"d": np.array([-2.5], np.float32)}]
 results = []
 for index, feed in enumerate(feeds):
-    ctx, graph = qb.wrap_raw_binary("cdr_ctx_qnn.bin", graph=index, cache_dir=cache)
+    ctx, graph = wrap_raw_binary("cdr_ctx_qnn.bin", graph=index, cache_dir=cache)
     s = ort.InferenceSession(ctx, options())
     results.append([o.tolist() for o in s.run(None, {graph.inputs[0].name: list(feed.values())[0]})])
 report["cdr_results"] = results

@@ -33,8 +33,8 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
-from onnxwrapper.backends._foreign_io import find_artifact
-from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
+from onnxwrapper.backends._artifact_files import find_artifact
+from onnxwrapper.backends.qnn._wrap import RAW_BINARY_SUFFIXES, wrap_raw_binary
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel import shapes_note
 

@@ -32,10 +32,9 @@ from typing import Any
 import onnx
 import onnxruntime
 
-from onnxwrapper.backends._foreign_io import companion_onnx, companion_option
+from onnxwrapper.backends._artifact_files import companion_onnx, companion_option
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, OptionSpec, SessionRequest
 from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
-from onnxwrapper.backends.qnn._binary import RAW_BINARY_SUFFIXES, wrap_raw_binary
 from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
 from onnxwrapper.backends.qnn._patching import convert_patches
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
@@ -46,6 +45,7 @@ from onnxwrapper.backends.qnn._settings import QnnSetup, merge_raw_options, qnn_
 from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
+from onnxwrapper.backends.qnn._wrap import RAW_BINARY_SUFFIXES, wrap_raw_binary
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import (ModelSource, PartitionReport, dynamic_inputs, modelmeta_from_onnx, shapes_note,
                                 specialize)
