@@ -35,6 +35,7 @@ from typing import Any
 import onnxwrapper
 from aipc._cmd_inspect import add_model_options, model_options
 from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
+from aipc._qnn_profile import profile_compiled, read_qnn_profile
 from onnxwrapper.backends.qnn import compile_model
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import PartialOffloadWarning, dynamic_inputs
@@ -42,7 +43,7 @@ from onnxwrapper.patches import apply_patches, find_patches, load_model_proto, n
 from onnxwrapper.toolkit import (CalibrationError, calibration_from_capture, make_static, quantize_qdq, rule_reason,
                                  three_way_check)
 
-__all__ = ["add_arguments", "main", "read_qnn_profile"]
+__all__ = ["add_arguments", "main", "read_qnn_profile"]  # read_qnn_profile: from aipc._qnn_profile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,50 +74,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- helpers used by main (public so that scripts can do the same) -------------------------------
-_NODE_ROW = re.compile(r"^(?P<name>.*?):?OpId_\d+ \(cycles\)$")
-
-
-def read_qnn_profile(csv_path: str, op_types: dict[str, str] | None = None) -> dict[str, Any]:
-    """Per-op table from a QNN EP profiling CSV (``profiling_level=detailed``).
-
-    The CSV has one block per execution: ``NODE`` rows ``<node>:OpId_<n> (cycles)`` and ``ROOT``
-    rows such as ``Accelerator (execute) time`` (µs) and ``QNN (execute) time`` (µs).
-
-    Args:
-        csv_path: the file written by the QNN EP (``profiling_file_path``).
-        op_types: ``{node name: op type}`` of the model to label rows (``_token_<n>`` suffixes of
-            ORT's layout transformation are stripped to find the node).
-
-    Returns:
-        ``{"executions": n, "execute_us": [...], "ops": [{"node", "op_type", "mean_cycles", "share"}]}``
-        sorted by cycles, descending.
-    """
-    import csv
-
-    cycles: dict[str, list[int]] = {}
-    execute_us: list[float] = []
-    with open(csv_path, newline="", encoding="utf-8", errors="replace") as f:
-        for row in csv.DictReader(f):
-            ident = (row.get("Event Identifier") or "").strip()
-            if row.get("Message") == "NODE" and row.get("Unit of Measurement") == "CYCLES":
-                m = _NODE_ROW.match(ident)
-                if m:
-                    cycles.setdefault(m.group("name").strip() or ident, []).append(int(row.get("Time") or 0))
-            elif ident == "QNN (execute) time":
-                execute_us.append(float(row.get("Time") or 0))
-    total = sum(sum(v) / len(v) for v in cycles.values()) or 1.0
-    ops = []
-    for name, values in cycles.items():
-        base = re.sub(r"(_token_\d+)+$", "", name)
-        label = (op_types or {}).get(base) or ("Input" if name.startswith("Input") else
-                                               "Output" if name.startswith("Output") else
-                                               "Transpose (layout)" if base.startswith("Transpose") else "")
-        mean = sum(values) / len(values)
-        ops.append({"node": name, "op_type": label, "mean_cycles": mean, "share": mean / total})
-    ops.sort(key=lambda r: -r["mean_cycles"])
-    return {"executions": len(execute_us), "execute_us": execute_us, "ops": ops}
-
-
 @contextlib.contextmanager
 def _quiet_root_logger(verbose: bool):
     """onnxruntime.quantization logs advice on the root logger; keep it off the CLI's stderr."""
@@ -368,7 +325,7 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
     profile_feeds = _random_feeds(static, 1) if shape_free_calibration else feeds
     if args.profile and profile_feeds:
         with stages.step("profile"):
-            summary["profile"] = _profile(result.ctx_path, profile_feeds[:3], options, paths, patched)
+            summary["profile"] = profile_compiled(result.ctx_path, profile_feeds[:3], options, paths, patched)
     return summary
 
 
@@ -376,22 +333,6 @@ def _shapes_differ(calibration_shapes: dict, static) -> bool:
     """True when a captured input shape differs from the static model's input shape."""
     declared = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in static.graph.input}
     return any(name in declared and list(shape) != declared[name] for name, shape in calibration_shapes.items())
-
-
-def _profile(ctx_path: str, feeds: list, options: dict, paths: dict, model) -> dict:
-    csv_path = os.path.splitext(paths["ctx"])[0] + "_profile.csv"
-    opts = dict(options, profiling="detailed", provider_options={"profiling_file_path": csv_path})
-    session = onnxwrapper.InferenceSession(ctx_path, backend="qnn", backend_options=opts)
-    start = time.perf_counter()
-    for feed in feeds:
-        session.run(None, feed)
-    wall = (time.perf_counter() - start) / len(feeds)
-    session.close()
-    del session
-    table = read_qnn_profile(csv_path, {n.name: n.op_type for n in model.graph.node})
-    table.update({"csv": csv_path, "wall_seconds_per_run": wall,
-                  "note": "HTP simulator on this host: cycles and times are not device timings"})
-    return table
 
 
 def _format_summary(s: dict) -> str:

@@ -117,7 +117,7 @@ def test_calibration_matching_rules(tmp_path):
 _QNN_THREE_WAY = r'''
 import json, sys
 import numpy as np
-from onnxwrapper.toolkit._quantize import quantize_qdq, three_way_check
+from onnxwrapper.toolkit import quantize_qdq, three_way_check
 from tests.test_quantize import feeds
 cnn, out = sys.argv[1], sys.argv[2]
 quantize_qdq(cnn, out, feeds(8), precision="w8a8")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, generate_epcontext

@@ -30,7 +30,6 @@ it); on network file systems without working ``flock`` the single-builder guaran
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -38,98 +37,17 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping
 
 from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel._cache_entry import (_STALE_TMP_SECONDS, DEFAULT_MAX_BYTES, ENV_CACHE_DIR,
+                                             ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, STAMP, CacheEntry,
+                                             _list_files, _sha256_file, default_cache_dir, make_key)
 
 __all__ = ["ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "CacheEntry", "ArtifactCache",
            "default_cache_dir", "make_key"]
 
 _log = logging.getLogger("onnxwrapper.cache")
-
-ENV_CACHE_DIR = "ONNXWRAPPER_CACHE_DIR"
-ENV_CACHE_MAX_BYTES = "ONNXWRAPPER_CACHE_MAX_BYTES"
-#: bump when the layout or manifest schema changes: older entries are then rebuilt
-FORMAT_VERSION = 1
-DEFAULT_MAX_BYTES = 5 * 1024 ** 3
-MANIFEST = "manifest.json"
-STAMP = ".last_used"
-_CHUNK = 1 << 20
-_STALE_TMP_SECONDS = 6 * 3600
-
-
-def default_cache_dir(override: str | os.PathLike | None = None) -> str:
-    """The cache root: ``override``, else ``$ONNXWRAPPER_CACHE_DIR``, else the platform user cache dir."""
-    if override:
-        return os.path.abspath(os.path.expanduser(os.fspath(override)))
-    env = os.environ.get(ENV_CACHE_DIR, "").strip()
-    if env:
-        return os.path.abspath(os.path.expanduser(env))
-    import platformdirs
-
-    return platformdirs.user_cache_dir("onnxwrapper", appauthor=False)
-
-
-def make_key(parts: Mapping[str, Any]) -> str:
-    """Hex sha256 of ``parts`` serialized as canonical JSON (sorted keys, no whitespace).
-
-    Args:
-        parts: JSON-serializable mapping of everything the artifact depends on (content hashes,
-            options, tool versions). Values that are not JSON types are converted with ``str``.
-    """
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _list_files(directory: str) -> dict[str, str]:
-    """``{relative posix name: absolute path}`` of every regular file below ``directory``."""
-    found = {}
-    for base, _dirs, files in os.walk(directory):
-        for name in files:
-            full = os.path.join(base, name)
-            rel = os.path.relpath(full, directory).replace(os.sep, "/")
-            if rel not in (MANIFEST, STAMP):
-                found[rel] = full
-    return found
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """A verified cache entry.
-
-    Attributes:
-        key: the entry's key (hex sha256). path: absolute directory of the entry.
-        files: ``{relative name: size in bytes}``. meta: what the builder returned (JSON data).
-        created: creation time (seconds since the epoch). hit: False when this call built it.
-        build_seconds: wall time of the build (s) as recorded in the manifest.
-    """
-
-    key: str
-    path: str
-    files: Mapping[str, int] = field(default_factory=dict)
-    meta: Mapping[str, Any] = field(default_factory=dict)
-    created: float = 0.0
-    hit: bool = True
-    build_seconds: float = 0.0
-
-    def file(self, name: str) -> str:
-        """Absolute path of the entry file ``name`` (relative posix name as in :attr:`files`)."""
-        return os.path.join(self.path, *name.split("/"))
-
-    @property
-    def size_bytes(self) -> int:
-        """Total size of the entry's files in bytes."""
-        return sum(self.files.values())
-
 
 class ArtifactCache:
     """A directory of content-addressed entries (see the module docstring).

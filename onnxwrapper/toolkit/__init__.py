@@ -20,9 +20,9 @@ from onnxwrapper.toolkit._inspect import (CPU_EP, OPTIMIZED, QNN_EP, Inspection,
                                           TensorSummary, format_binary, inspect_binary, inspect_model, make_static,
                                           parse_dim_arg, parse_shape_arg, predict_partition_rules, probe_partition,
                                           rule_reason)
-from onnxwrapper.toolkit._quantize import (PRECISIONS, AccuracyReport, Agreement, CalibrationError, CalibrationSet,
-                                           FeedsDataReader, OutputAccuracy, QuantizeResult, calibration_from_capture,
-                                           quantize_qdq, three_way_check)
+from onnxwrapper.toolkit._accuracy import AccuracyReport, Agreement, OutputAccuracy, three_way_check
+from onnxwrapper.toolkit._quantize import (PRECISIONS, CalibrationError, CalibrationSet, FeedsDataReader, QuantizeResult,
+                                           calibration_from_capture, quantize_qdq)
 
 __all__ = [
     "AccuracyReport",
