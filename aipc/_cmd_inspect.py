@@ -8,13 +8,13 @@ usage: aipc inspect [MODEL] [--backend qnn|cpu] [--target T] [--precision P]
 
 A raw QNN context binary (``*.bin``) is described instead: its graphs and their input/output
 tensors (QNN names, shapes, data types, scale/offset of quantized tensors), read with the QNN
-System library (library: onnxwrapper.toolkit._inspect.inspect_binary()).
+System library (library: onnxwrapper.toolkit.inspect_binary()).
 
 With the QNN backend available, the partition comes from a real QNN session created in a child
 process (exactly what onnxwrapper.InferenceSession(..., backend="qnn").get_partition() reports,
 with the QNN EP's own reasons); otherwise from static rules (marked "from rules"). Models with
 dynamic input shapes are compiled per feed shape at run time: give --shape/--dim to see the
-partition of one specialization. Library equivalent: onnxwrapper.toolkit._inspect.inspect_model().
+partition of one specialization. Library equivalent: onnxwrapper.toolkit.inspect_model().
 """
 
 from __future__ import annotations

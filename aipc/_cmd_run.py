@@ -1,9 +1,9 @@
 """``aipc run [options] script.py args…`` / ``aipc [options] -m module args…``.
 
 Runs an unchanged onnxruntime script with ``onnxruntime.InferenceSession`` redirected to
-onnxwrapper on the chosen backend (:mod:`aipc_loader._patch`), with Python's own semantics for
-the script (:mod:`aipc_loader._script`), and passes the activation to child processes
-(:mod:`aipc_loader._bootstrap`).
+onnxwrapper on the chosen backend (the hot patch of :mod:`aipc_loader`), with Python's own
+semantics for the script (as :func:`aipc_loader.run_script`), and passes the activation to child
+processes.
 
 Options end at the first argument that is not one of ours (the script), at ``-m MODULE`` or at
 ``--``; everything after belongs to the script, even when it looks like our options

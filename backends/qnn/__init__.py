@@ -27,6 +27,7 @@ an optional DLC export (``dlc_dir``).
 
 from __future__ import annotations
 
+from onnxwrapper.backends.qnn._artifacts import ResolvedArtifact, register_artifact_resolver
 from onnxwrapper.backends.qnn._backend import QnnBackend
 from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, TensorInfo, read_binary_info
 from onnxwrapper.backends.qnn._export import CompileResult, compile_model
@@ -38,8 +39,10 @@ __all__ = [
     "GraphInfo",
     "QNN_OP_TYPES",
     "QnnBackend",
+    "ResolvedArtifact",
     "TensorInfo",
     "compile_model",
     "qnn_rejection_reason",
     "read_binary_info",
+    "register_artifact_resolver",
 ]
