@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 import onnxwrapper
-from onnxwrapper.toolkit._quantize import (CalibrationError, CalibrationSet, calibration_from_capture, quantize_qdq,
-                                           three_way_check)
+from onnxwrapper.toolkit import (CalibrationError, CalibrationSet, calibration_from_capture, quantize_qdq,
+                                 three_way_check)
 from onnxwrapper.diff import start_capture
 from tests import models
 from tests.conftest import qnn_available, run_python
