@@ -1,4 +1,4 @@
-"""QDQ quantization for the QNN HTP (W8A8, W8A16) and the three-way accuracy check.
+"""QDQ quantization for the QNN HTP (W8A8, W8A16) and calibration data from captures.
 
 Quantization is onnxruntime's own QNN flow (``onnxruntime.quantization.execution_providers.qnn``):
 ``qnn_preprocess_model`` (fusions the QNN EP wants) → ``get_qnn_qdq_config`` (QDQ format, the
@@ -9,17 +9,14 @@ QNN EP's per-op constraints, calibration with a :class:`onnxruntime.quantization
 * ``w8a16`` — activations ``QUInt16``, weights ``QUInt8`` (more accurate, ~1.2–1.6× slower on the
   simulator, measured in research notes ort_api.md §3).
 
+Before that, :func:`onnxwrapper.toolkit._quantize_prepare.prepare_for_quantizer` upgrades the opset
+when the quantizer needs it (:mod:`onnxwrapper.toolkit._opset`) and keeps numerically fragile
+tensors out of 8 bits (:mod:`onnxwrapper.toolkit._fragile`); :class:`QuantizeResult` reports both.
+
 Calibration data are real feeds: :func:`calibration_from_capture` reads them from an
 ``aipc capture`` / :func:`onnxwrapper.diff.start_capture` directory, so they follow the script's
-actual preprocessing.
-
-:func:`three_way_check` runs the same feeds through (1) the float model on the CPU EP, (2) the
-QDQ model on the CPU EP (fake-quant simulation: ORT's reference for QDQ) and (3) the QDQ model —
-or its compiled EPContext — on the QNN backend, and reports cosine similarity and SNR per output
-for *quantization loss* (1 vs 2), *backend error* (2 vs 3) and the *total* (1 vs 3), so the two
-causes are told apart. Metrics are :mod:`onnxwrapper.diff.metrics`, computed over all samples
-concatenated. The QNN leg uses the backend's process-global configuration: run it in a process
-whose QNN configuration is the one compiled for.
+actual preprocessing. The three-way accuracy check (:func:`three_way_check`, re-exported here)
+lives in :mod:`onnxwrapper.toolkit._three_way`.
 """
 
 from __future__ import annotations
@@ -36,9 +33,13 @@ import numpy as np
 import onnx
 
 from onnxwrapper.errors import OnnxwrapperError
+from onnxwrapper.toolkit._fragile import FragilePlan
+from onnxwrapper.toolkit._opset import OpsetConversionError, OpsetUpgrade, default_opset
+from onnxwrapper.toolkit._three_way import AccuracyReport, Agreement, OutputAccuracy, three_way_check
 
 __all__ = ["PRECISIONS", "CalibrationError", "CalibrationSet", "FeedsDataReader", "calibration_from_capture",
-           "QuantizeResult", "quantize_qdq", "Agreement", "OutputAccuracy", "AccuracyReport", "three_way_check"]
+           "QuantizeResult", "quantize_qdq", "OpsetConversionError", "Agreement", "OutputAccuracy", "AccuracyReport",
+           "three_way_check"]
 
 #: precision name -> (activation QuantType name, weight QuantType name)
 PRECISIONS = {"w8a8": ("QUInt8", "QUInt8"), "w8a16": ("QUInt16", "QUInt8")}
@@ -195,8 +196,11 @@ class QuantizeResult:
     Attributes:
         path: the QDQ model. precision: ``"w8a8"``/``"w8a16"``. activation_type / weight_type:
         QuantType names. samples: calibration feeds used. preprocessed: whether
-        ``qnn_preprocess_model`` changed the model. seconds: wall time (s). qdq_nodes: number of
-        QuantizeLinear + DequantizeLinear nodes in the result.
+        ``qnn_preprocess_model`` (or, for a LayerNorm fusion it discarded, its optimizer pass) changed
+        the model. seconds: wall time (s). qdq_nodes: number of
+        QuantizeLinear + DequantizeLinear nodes in the result. opset_upgrades: the default-domain opset
+        conversions, in order (:class:`onnxwrapper.toolkit._opset.OpsetUpgrade`). fragile: what the
+        fragile-tensor policy fused or kept at 16 bits (:class:`onnxwrapper.toolkit._fragile.FragilePlan`).
     """
 
     path: str
@@ -207,12 +211,14 @@ class QuantizeResult:
     preprocessed: bool
     seconds: float
     qdq_nodes: int
+    opset_upgrades: tuple[OpsetUpgrade, ...] = ()
+    fragile: FragilePlan | None = None
 
 
 def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Iterable[Mapping[str, np.ndarray]], *,
                  precision: str = "w8a16", per_channel: bool = True, calibrate_method: str = "MinMax",
                  preprocess: bool = True, op_types_to_quantize: Sequence[str] | None = None,
-                 nodes_to_exclude: Sequence[str] | None = None) -> QuantizeResult:
+                 nodes_to_exclude: Sequence[str] | None = None, keep_fragile: bool = True) -> QuantizeResult:
     """Quantize a float model (static shapes) to a QNN-ready QDQ model at ``output_path``.
 
     Args:
@@ -228,13 +234,21 @@ def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Ite
             (``"MinMax"``, ``"Entropy"``, ``"Percentile"``, ``"Distribution"``).
         preprocess: run ``qnn_preprocess_model`` first.
         op_types_to_quantize / nodes_to_exclude: passed to ``get_qnn_qdq_config``.
+        keep_fragile: keep LayerNorm variances and Softmax denominators out of 8 bits (default
+            ``True``; :mod:`onnxwrapper.toolkit._fragile`).
+
+    The model is converted (in memory) to the opset the quantizer needs — 13 for per-channel
+    weights, 17 to fuse a decomposed LayerNorm, 21 for 16-bit Q/DQ — and the result says so.
 
     Raises:
         ValueError: unknown precision or calibration method. CalibrationError: no feeds.
+        OpsetConversionError: onnx's version converter cannot convert the model to that opset.
         Whatever onnxruntime.quantization raises for the model.
     """
     from onnxruntime.quantization import CalibrationMethod, QuantType, quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from onnxwrapper.toolkit._quantize_prepare import prepare_for_quantizer
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} for quantization, got {precision!r}")
@@ -253,24 +267,25 @@ def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Ite
     # save_and_reload_optimize_model); the metadata is put back on the QDQ model below.
     del work.metadata_props[:]
     with tempfile.TemporaryDirectory(prefix="onnxwrapper-quantize-") as tmp:
-        source: Any = work
-        pre_path = os.path.join(tmp, "preprocessed.onnx")
-        preprocessed = bool(preprocess and qnn_preprocess_model(work, pre_path))
-        if preprocessed:
-            source = pre_path
-        config = get_qnn_qdq_config(source, FeedsDataReader(calib.feeds), calibrate_method=method,
+        prepared = prepare_for_quantizer(work, tmp, activation_type=act, weight_type=weight, per_channel=per_channel,
+                                         preprocess=preprocess, keep_fragile=keep_fragile)
+        config = get_qnn_qdq_config(prepared.path, FeedsDataReader(calib.feeds), calibrate_method=method,
                                     activation_type=QuantType[act], weight_type=QuantType[weight],
-                                    per_channel=per_channel,
+                                    per_channel=per_channel, init_overrides=prepared.fragile.overrides or None,
                                     op_types_to_quantize=list(op_types_to_quantize or []) or None,
                                     nodes_to_exclude=list(nodes_to_exclude or []) or None)
         os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-        quantize(source, output_path, config)
+        quantize(prepared.path, output_path, config)
     qdq = onnx.load(output_path)
+    upgrades = list(prepared.upgrades)
+    if default_opset(qdq) != prepared.opset:  # onnxruntime.quantization's own update_opset_version
+        upgrades.append(OpsetUpgrade(prepared.opset, default_opset(qdq), ("converted by onnxruntime.quantization",),
+                                     by="onnxruntime.quantization"))
     _copy_metadata(original, qdq)
     onnx.save(qdq, output_path)
     count = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in qdq.graph.node)
-    return QuantizeResult(output_path, precision, act, weight, len(calib.feeds), preprocessed,
-                          time.perf_counter() - start, count)
+    return QuantizeResult(output_path, precision, act, weight, len(calib.feeds), prepared.preprocessed,
+                          time.perf_counter() - start, count, tuple(upgrades), prepared.fragile)
 
 
 def _copy_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
@@ -281,148 +296,3 @@ def _copy_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
     dst.graph.name, dst.graph.doc_string = src.graph.name, src.graph.doc_string
     del dst.metadata_props[:]
     dst.metadata_props.extend(src.metadata_props)
-
-
-# -- three-way accuracy check ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Agreement:
-    """Agreement of ``y`` with a reference ``r`` over all samples of one output.
-
-    Attributes:
-        cosine: cosine similarity (1 = same direction). snr_db: ``10·log10(Σr²/Σ(y−r)²)`` (inf
-        when equal). max_abs: max ``|y − r|``. min_sample_cosine: worst per-sample cosine.
-    """
-
-    cosine: float
-    snr_db: float
-    max_abs: float
-    min_sample_cosine: float
-
-    def to_dict(self) -> dict:
-        return {"cosine": self.cosine, "snr_db": self.snr_db, "max_abs": self.max_abs,
-                "min_sample_cosine": self.min_sample_cosine}
-
-
-@dataclass(frozen=True)
-class OutputAccuracy:
-    """One output: ``quantization`` (float CPU vs QDQ CPU), ``backend`` (QDQ CPU vs QDQ QNN),
-    ``total`` (float CPU vs QDQ QNN). Without a QDQ model (FP16/FP32 compiles) ``quantization`` is
-    ``None`` and ``backend`` = ``total`` = float CPU vs QNN; without a QNN leg both are ``None``."""
-
-    output: str
-    quantization: Agreement | None
-    backend: Agreement | None
-    total: Agreement | None
-
-    def to_dict(self) -> dict:
-        return {"output": self.output, "quantization": self.quantization.to_dict() if self.quantization else None,
-                "backend": self.backend.to_dict() if self.backend else None,
-                "total": self.total.to_dict() if self.total else None}
-
-
-@dataclass
-class AccuracyReport:
-    """The three-way check of :func:`three_way_check`; ``seconds``: wall time per leg."""
-
-    outputs: list[OutputAccuracy]
-    samples: int
-    seconds: dict[str, float] = field(default_factory=dict)
-    qnn_error: str = ""
-
-    def to_dict(self) -> dict:
-        return {"samples": self.samples, "seconds": self.seconds, "qnn_error": self.qnn_error,
-                "outputs": [o.to_dict() for o in self.outputs]}
-
-    def format_text(self) -> str:
-        """A table: one row per output and comparison, with cosine, SNR (dB) and max |Δ|."""
-        quantized = any(o.quantization is not None for o in self.outputs)
-        lines = [f"accuracy on {self.samples} sample{'s' if self.samples != 1 else ''} (cosine / SNR dB / max |Δ|):"]
-
-        def cell(a: Agreement | None) -> str:
-            return "-" if a is None else f"{a.cosine:.6f} / {a.snr_db:.1f} / {a.max_abs:.3g}"
-
-        if quantized:
-            lines.append(f"  {'output':<20} {'quantization (fp CPU→QDQ CPU)':<32} {'backend (QDQ CPU→QNN)':<32} "
-                         f"total (fp CPU→QNN)")
-            for o in self.outputs:
-                lines.append(f"  {o.output:<20} {cell(o.quantization):<32} {cell(o.backend):<32} {cell(o.total)}")
-        else:
-            lines.append(f"  {'output':<20} backend (fp CPU→QNN)")
-            for o in self.outputs:
-                lines.append(f"  {o.output:<20} {cell(o.backend)}")
-        if self.qnn_error:
-            lines.append(f"  QNN leg failed: {self.qnn_error}")
-        return "\n".join(lines)
-
-
-def _agreement(ys: Sequence[np.ndarray], rs: Sequence[np.ndarray]) -> Agreement:
-    from onnxwrapper.diff import metrics as m
-
-    whole = m.ArrayPair(np.concatenate([np.ravel(y) for y in ys]), np.concatenate([np.ravel(r) for r in rs]))
-    per_sample = [m.CosineSimilarity()(y, r) for y, r in zip(ys, rs)]
-    return Agreement(m.CosineSimilarity().compute(whole), m.SNR().compute(whole), m.MaxAbsError().compute(whole),
-                     min(per_sample))
-
-
-def _run_all(session, feeds: Sequence[Mapping[str, np.ndarray]], names: Sequence[str]) -> list[list[np.ndarray]]:
-    return [session.run(list(names), dict(f)) for f in feeds]
-
-
-def three_way_check(float_model: Any, qdq_model: Any | None,
-                    feeds: CalibrationSet | Sequence[Mapping[str, np.ndarray]], *,
-                    qnn_model: Any = None, backend_options: Mapping[str, Any] | None = None,
-                    run_qnn: bool = True) -> AccuracyReport:
-    """Run ``feeds`` through float-CPU, QDQ-CPU and QDQ-QNN and compare (see module doc).
-
-    Args:
-        float_model / qdq_model: path, bytes or ``onnx.ModelProto`` (ModelProtos are serialized);
-            ``qdq_model=None`` for a float compile: then only float CPU vs QNN is measured.
-        feeds: the samples (usually the calibration set; a held-out set is better when available).
-        qnn_model: what the QNN backend loads (e.g. the compiled EPContext model path); defaults
-            to ``qdq_model`` (compiled on the fly).
-        backend_options: ``backend_options`` of ``onnxwrapper.InferenceSession(backend="qnn")``.
-        run_qnn: ``False`` skips the QNN leg (quantization loss only).
-
-    Returns:
-        :class:`AccuracyReport`. A failing QNN leg is reported in ``qnn_error`` (the other legs
-        still count) instead of raising.
-    """
-    import onnxruntime
-
-    import onnxwrapper
-
-    def src(m):
-        return m.SerializeToString() if isinstance(m, onnx.ModelProto) else m
-
-    items = feeds.feeds if isinstance(feeds, CalibrationSet) else [dict(f) for f in feeds]
-    seconds: dict[str, float] = {}
-    t = time.perf_counter()
-    float_sess = onnxruntime.InferenceSession(src(float_model), providers=["CPUExecutionProvider"])
-    names = [o.name for o in float_sess.get_outputs()]
-    ref = _run_all(float_sess, items, names)
-    seconds["float_cpu"] = time.perf_counter() - t
-    qdq = None
-    if qdq_model is not None:
-        t = time.perf_counter()
-        qdq = _run_all(onnxruntime.InferenceSession(src(qdq_model), providers=["CPUExecutionProvider"]), items, names)
-        seconds["qdq_cpu"] = time.perf_counter() - t
-    qnn: list | None = None
-    error = ""
-    if run_qnn:
-        t = time.perf_counter()
-        try:
-            chosen = qnn_model if qnn_model is not None else (qdq_model if qdq_model is not None else float_model)
-            sess = onnxwrapper.InferenceSession(src(chosen),
-                                                backend="qnn", backend_options=dict(backend_options or {}))
-            qnn = _run_all(sess, items, names)
-        except Exception as exc:  # noqa: BLE001 - reported, the CPU legs still inform the user
-            error = f"{type(exc).__name__}: {exc}"
-        seconds["qnn"] = time.perf_counter() - t
-    outputs = []
-    for k, name in enumerate(names):
-        r = [s[k] for s in ref]
-        q = [s[k] for s in qdq] if qdq is not None else None
-        n = [s[k] for s in qnn] if qnn is not None else None
-        outputs.append(OutputAccuracy(name, _agreement(q, r) if q else None,
-                                      _agreement(n, q if q else r) if n else None, _agreement(n, r) if n else None))
-    return AccuracyReport(outputs, len(items), seconds, error)
