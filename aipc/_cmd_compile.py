@@ -4,7 +4,8 @@ DLC export, an accuracy check and a per-op profile.
 
 usage: aipc compile MODEL -o OUT [--target T] [--precision fp16|fp32|w8a16|w8a8]
                       [--calibration DIR] [--max-samples N] [--shape NAME=D0,D1,...]... [--dim NAME=N]...
-                      [--per-tensor] [--dlc] [--profile] [--no-patch] [--no-check] [--overwrite] [--json]
+                      [--per-tensor] [--no-keep-fragile] [--dlc] [--profile] [--no-patch] [--no-check]
+                      [--overwrite] [--json]
 
 OUT is a directory (files are named after MODEL: <stem>_ctx.onnx + <stem>_ctx_qnn.bin, with
 quantization also <stem>_<precision>_qdq.onnx, with --dlc <stem>_dlc/*.dlc) or a path ending in
@@ -16,8 +17,10 @@ Steps (progress bar on a terminal): static shapes (--shape/--dim, else the captu
 patches for nodes the QNN EP rejects (in memory; --no-patch to skip), quantization
 (onnxruntime.quantization QNN config, QDQ), compilation (onnxwrapper.backends.qnn.compile_model;
 with --dlc also one DLC per QNN partition through QNN's IR backend: compile_model(dlc_dir=...)), accuracy check on the calibration samples (quantized: float on CPU vs QDQ
-on CPU vs QDQ on QNN, cosine and SNR per output; float: CPU vs QNN), --profile (QNN EP profiling,
-per-op cycles). Simulator timings (x86-64 host) are not device timings.
+on CPU vs QDQ on QNN, cosine and SNR per output, NaN/Inf per run and which run produced them; float:
+CPU vs QNN), --profile (QNN EP profiling, per-op cycles). Quantization converts the model in memory to
+the opset the quantizer needs and keeps LayerNorm/Softmax denominators out of 8 bits
+(--no-keep-fragile: off); the summary reports both. Simulator timings (x86-64 host) are not device timings.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-tensor", action="store_true",
                         help="per-tensor weight quantization (default: per-channel, much more accurate on "
                              "transformer-style models, e.g. RapidOCR's recognizer: SNR 7 dB per-tensor vs 22 dB)")
+    parser.add_argument("--no-keep-fragile", action="store_true",
+                        help="quantize LayerNorm variances and Softmax denominators like every tensor (default: "
+                             "fuse the LayerNorm or keep them at 16 bits; at 8 bits they can round to 0)")
     parser.add_argument("--dlc", action="store_true", help="also write a DLC through QNN's IR backend")
     parser.add_argument("--profile", action="store_true",
                         help="profile the compiled model with QNN EP profiling (per-op table; simulator timings "
@@ -272,7 +278,7 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
             with stages.step("quantize"), _quiet_root_logger(args.verbose):
                 source = proto if shape_free_calibration else patched
                 q = quantize_qdq(source, paths["qdq"], calib, precision=args.precision,
-                                 per_channel=not args.per_tensor)
+                                 per_channel=not args.per_tensor, keep_fragile=not args.no_keep_fragile)
                 qdq_path = q.path
                 if shape_free_calibration:
                     dynamic_qdq = onnx.load(qdq_path)
@@ -280,7 +286,9 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
                 summary["quantization"] = {"path": q.path, "activation_type": q.activation_type,
                                            "weight_type": q.weight_type, "samples": q.samples,
                                            "preprocessed": q.preprocessed, "qdq_nodes": q.qdq_nodes,
-                                           "per_channel": not args.per_tensor}
+                                           "per_channel": not args.per_tensor,
+                                           "opset_upgrades": [u.to_dict() for u in q.opset_upgrades],
+                                           "fragile": q.fragile.to_dict(), "fragile_text": q.fragile.describe()}
         with stages.step("compile"):
             # patches are applied above (before quantization, with --no-patch honoured), not by compile_model
             result = compile_model(qdq_path or patched, paths["ctx"], backend_options=dict(options, patches=False),
@@ -345,6 +353,10 @@ def _format_summary(s: dict) -> str:
         lines.append(f"  {s['quantization']['path']}  {_size(s['quantization']['path'])}  (QDQ model)")
     for d in s.get("dlc") or ():
         lines.append(f"  {d['path']}  {_size(d['path'])}  (DLC)")
+    for u in (s.get("quantization") or {}).get("opset_upgrades", ()):
+        lines.append(f"opset {u['from']} → {u['to']} (in memory, by {u['by']}): {'; '.join(u['reasons'])}")
+    if s.get("quantization"):
+        lines.append(s["quantization"]["fragile_text"])
     ep = c["ep_options"]
     target = ", ".join(f"{k}={ep[k]}" for k in ("soc_model", "htp_arch", "enable_htp_fp16_precision") if k in ep)
     lines.append("target: " + (target if "soc_model" in ep else f"fp32 simulation (no soc_model) {target}").strip())

@@ -42,10 +42,11 @@ def matmul_symbolic() -> bytes:
     return make_model(g)
 
 
-def smallconv(batch="N", hw=(8, 8), seed: int = 0) -> bytes:
+def smallconv(batch="N", hw=(8, 8), seed: int = 0, opset: int = 17) -> bytes:
     """Conv(3→4, 3×3, pad 1) → Relu → Conv(4→2, 1×1); X float[batch,3,H,W] → Y float[batch,2,H,W].
 
-    ``batch``/``hw`` entries may be ints or dim_param strings (dynamic dims).
+    ``batch``/``hw`` entries may be ints or dim_param strings (dynamic dims); ``opset`` is the
+    default-domain opset (the nodes are valid from opset 11).
     Metadata: producer "onnxwrapper-tests", custom ``{"license": "MIT", "author": "tests"}``.
     """
     rng = np.random.default_rng(seed)
@@ -58,7 +59,7 @@ def smallconv(batch="N", hw=(8, 8), seed: int = 0) -> bytes:
     g = h.make_graph(nodes, "smallconv", [h.make_tensor_value_info("X", T.FLOAT, [batch, 3, *hw])],
                      [h.make_tensor_value_info("Y", T.FLOAT, [batch, 2, *hw])], [w1, b1, w2],
                      doc_string="graph doc")
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=IR_VERSION,
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=IR_VERSION,
                      producer_name="onnxwrapper-tests", doc_string="small conv test model", model_version=7)
     m.domain = "ai.onnxwrapper.tests"
     h.set_model_props(m, {"license": "MIT", "author": "tests"})
@@ -107,3 +108,50 @@ def conv_det_relu() -> bytes:
     g = h.make_graph(nodes, "partial", [h.make_tensor_value_info("X", T.FLOAT, [1, 1, 2, 2])],
                      [h.make_tensor_value_info("Y", T.FLOAT, [1])], [w, shape])
     return make_model(g)
+
+
+def layernorm_decomposed(variant: str = "div", opset: int = 11, tokens: int = 16, channels: int = 32,
+                         seed: int = 0) -> bytes:
+    """A LayerNorm over the last axis written out in primitive ops, then a MatMul; opset ≤ 17.
+
+    X float[1, tokens, channels] → ``d = X − ReduceMean(X)``, ``s = Pow(d, 2)``, ``v = ReduceMean(s)``,
+    ``q = Sqrt(v + 1e-5)`` → ``n = Div(d, q)`` (``variant="div"``: the pattern onnxruntime fuses into
+    LayerNormalization at opset ≥ 17) or ``n = Mul(d, Reciprocal(q))`` (``variant="reciprocal"``:
+    not fused) → ``n·γ + β`` → MatMul W[channels, 8] → Y float[1, tokens, 8]. Tensor names:
+    ``square``, ``variance``, ``variance_eps``, ``std``, ``normalized`` (and ``reciprocal``).
+    """
+    if variant not in ("div", "reciprocal") or opset > 17:
+        raise ValueError("variant is 'div' or 'reciprocal'; opset ≤ 17 (ReduceMean axes as attribute)")
+    rng = np.random.default_rng(seed)
+    inits = [h.make_tensor("two", T.FLOAT, [], [2.0]), h.make_tensor("eps", T.FLOAT, [], [1e-5]),
+             onnx.numpy_helper.from_array((1 + 0.1 * rng.standard_normal(channels)).astype(np.float32), "gamma"),
+             onnx.numpy_helper.from_array((0.1 * rng.standard_normal(channels)).astype(np.float32), "beta"),
+             onnx.numpy_helper.from_array((rng.standard_normal((channels, 8)) / channels ** 0.5).astype(np.float32),
+                                          "W")]
+    nodes = [h.make_node("ReduceMean", ["X"], ["mean"], axes=[-1], name="mean"),
+             h.make_node("Sub", ["X", "mean"], ["centered"], name="center"),
+             h.make_node("Pow", ["centered", "two"], ["square"], name="square"),
+             h.make_node("ReduceMean", ["square"], ["variance"], axes=[-1], name="variance"),
+             h.make_node("Add", ["variance", "eps"], ["variance_eps"], name="add_eps"),
+             h.make_node("Sqrt", ["variance_eps"], ["std"], name="std")]
+    if variant == "div":
+        nodes.append(h.make_node("Div", ["centered", "std"], ["normalized"], name="normalize"))
+    else:
+        nodes += [h.make_node("Reciprocal", ["std"], ["reciprocal"], name="reciprocal"),
+                  h.make_node("Mul", ["centered", "reciprocal"], ["normalized"], name="normalize")]
+    nodes += [h.make_node("Mul", ["normalized", "gamma"], ["scaled"], name="gamma"),
+              h.make_node("Add", ["scaled", "beta"], ["ln"], name="beta"),
+              h.make_node("MatMul", ["ln", "W"], ["Y"], name="project")]
+    g = h.make_graph(nodes, f"layernorm_{variant}", [h.make_tensor_value_info("X", T.FLOAT, [1, tokens, channels])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [1, tokens, 8])], inits)
+    return make_model(g, opset)
+
+
+def softmax_decomposed() -> bytes:
+    """``Y = Exp(X) / ReduceSum(Exp(X), axes=[-1])``; X, Y float[2, 6]; opset 11 (axes as attribute).
+    Tensor names: ``exp``, ``denominator``."""
+    nodes = [h.make_node("Exp", ["X"], ["exp"]), h.make_node("ReduceSum", ["exp"], ["denominator"], axes=[-1]),
+             h.make_node("Div", ["exp", "denominator"], ["Y"])]
+    g = h.make_graph(nodes, "softmax_decomposed", [h.make_tensor_value_info("X", T.FLOAT, [2, 6])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [2, 6])])
+    return make_model(g, 11)

@@ -7,9 +7,11 @@ static shapes, partition prediction, QDQ quantization and the three-way accuracy
 * :func:`make_static`, :func:`parse_shape_arg`, :func:`parse_dim_arg` — fixing dynamic dims;
 * :func:`predict_partition_rules`, :func:`probe_partition`, :func:`rule_reason` — partition
   prediction (:class:`PartitionPrediction` of :class:`NodePrediction`);
-* :func:`quantize_qdq` (W8A8, W8A16; :data:`PRECISIONS`), calibration data
-  (:class:`CalibrationSet`, :func:`calibration_from_capture`, :class:`FeedsDataReader`) and
-  :func:`three_way_check` (:class:`AccuracyReport`).
+* :func:`quantize_qdq` (W8A8, W8A16; :data:`PRECISIONS`) with its opset upgrades
+  (:class:`OpsetUpgrade`, :class:`OpsetConversionError`) and fragile-tensor policy
+  (:class:`FragilePlan`), calibration data (:class:`CalibrationSet`, :func:`calibration_from_capture`,
+  :class:`FeedsDataReader`) and :func:`three_way_check` (:class:`AccuracyReport`, with NaN/Inf per
+  run in :class:`RunNonFinite`).
 
 Importing it imports onnx and onnxruntime; no backend SDK.
 """
@@ -20,9 +22,11 @@ from onnxwrapper.toolkit._inspect import (CPU_EP, OPTIMIZED, QNN_EP, Inspection,
                                           TensorSummary, format_binary, inspect_binary, inspect_model, make_static,
                                           parse_dim_arg, parse_shape_arg, predict_partition_rules, probe_partition,
                                           rule_reason)
-from onnxwrapper.toolkit._accuracy import AccuracyReport, Agreement, OutputAccuracy, three_way_check
+from onnxwrapper.toolkit._fragile import FragilePlan
+from onnxwrapper.toolkit._opset import OpsetConversionError, OpsetUpgrade
 from onnxwrapper.toolkit._quantize import (PRECISIONS, CalibrationError, CalibrationSet, FeedsDataReader, QuantizeResult,
                                            calibration_from_capture, quantize_qdq)
+from onnxwrapper.toolkit._three_way import AccuracyReport, Agreement, OutputAccuracy, RunNonFinite, three_way_check
 
 __all__ = [
     "AccuracyReport",
@@ -31,14 +35,18 @@ __all__ = [
     "CalibrationError",
     "CalibrationSet",
     "FeedsDataReader",
+    "FragilePlan",
     "Inspection",
     "NodePrediction",
     "OPTIMIZED",
+    "OpsetConversionError",
+    "OpsetUpgrade",
     "OutputAccuracy",
     "PRECISIONS",
     "PartitionPrediction",
     "QNN_EP",
     "QuantizeResult",
+    "RunNonFinite",
     "TensorSummary",
     "calibration_from_capture",
     "format_binary",

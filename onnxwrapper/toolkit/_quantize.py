@@ -1,4 +1,4 @@
-"""QDQ quantization for the QNN HTP (W8A8, W8A16) and the three-way accuracy check.
+"""QDQ quantization for the QNN HTP (W8A8, W8A16) and calibration data from captures.
 
 Quantization is onnxruntime's own QNN flow (``onnxruntime.quantization.execution_providers.qnn``):
 ``qnn_preprocess_model`` (fusions the QNN EP wants) → ``get_qnn_qdq_config`` (QDQ format, the
@@ -9,17 +9,13 @@ QNN EP's per-op constraints, calibration with a :class:`onnxruntime.quantization
 * ``w8a16`` — activations ``QUInt16``, weights ``QUInt8`` (more accurate, ~1.2–1.6× slower on the
   simulator, measured in research notes ort_api.md §3).
 
+Before that, :func:`onnxwrapper.toolkit._quantize_prepare.prepare_for_quantizer` upgrades the opset
+when the quantizer needs it (:mod:`onnxwrapper.toolkit._opset`) and keeps numerically fragile
+tensors out of 8 bits (:mod:`onnxwrapper.toolkit._fragile`); :class:`QuantizeResult` reports both.
+
 Calibration data are real feeds: :func:`calibration_from_capture` reads them from an
 ``aipc capture`` / :func:`onnxwrapper.diff.start_capture` directory, so they follow the script's
-actual preprocessing.
-
-:func:`three_way_check` runs the same feeds through (1) the float model on the CPU EP, (2) the
-QDQ model on the CPU EP (fake-quant simulation: ORT's reference for QDQ) and (3) the QDQ model —
-or its compiled EPContext — on the QNN backend, and reports cosine similarity and SNR per output
-for *quantization loss* (1 vs 2), *backend error* (2 vs 3) and the *total* (1 vs 3), so the two
-causes are told apart. Metrics are :mod:`onnxwrapper.diff.metrics`, computed over all samples
-concatenated. The QNN leg uses the backend's process-global configuration: run it in a process
-whose QNN configuration is the one compiled for.
+actual preprocessing. The three-way accuracy check is :func:`onnxwrapper.toolkit.three_way_check`.
 """
 
 from __future__ import annotations
@@ -37,6 +33,8 @@ import onnx
 
 from onnxwrapper.diff import read_capture
 from onnxwrapper.errors import OnnxwrapperError
+from onnxwrapper.toolkit._fragile import FragilePlan
+from onnxwrapper.toolkit._opset import OpsetConversionError, OpsetUpgrade, default_opset
 
 __all__ = ["PRECISIONS", "CalibrationError", "CalibrationSet", "FeedsDataReader", "QuantizeResult",
            "calibration_from_capture", "quantize_qdq"]
@@ -195,8 +193,11 @@ class QuantizeResult:
     Attributes:
         path: the QDQ model. precision: ``"w8a8"``/``"w8a16"``. activation_type / weight_type:
         QuantType names. samples: calibration feeds used. preprocessed: whether
-        ``qnn_preprocess_model`` changed the model. seconds: wall time (s). qdq_nodes: number of
-        QuantizeLinear + DequantizeLinear nodes in the result.
+        ``qnn_preprocess_model`` (or, for a LayerNorm fusion it discarded, its optimizer pass) changed
+        the model. seconds: wall time (s). qdq_nodes: number of
+        QuantizeLinear + DequantizeLinear nodes in the result. opset_upgrades: the default-domain opset
+        conversions, in order (:class:`onnxwrapper.toolkit._opset.OpsetUpgrade`). fragile: what the
+        fragile-tensor policy fused or kept at 16 bits (:class:`onnxwrapper.toolkit._fragile.FragilePlan`).
     """
 
     path: str
@@ -207,12 +208,14 @@ class QuantizeResult:
     preprocessed: bool
     seconds: float
     qdq_nodes: int
+    opset_upgrades: tuple[OpsetUpgrade, ...] = ()
+    fragile: FragilePlan | None = None
 
 
 def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Iterable[Mapping[str, np.ndarray]], *,
                  precision: str = "w8a16", per_channel: bool = True, calibrate_method: str = "MinMax",
                  preprocess: bool = True, op_types_to_quantize: Sequence[str] | None = None,
-                 nodes_to_exclude: Sequence[str] | None = None) -> QuantizeResult:
+                 nodes_to_exclude: Sequence[str] | None = None, keep_fragile: bool = True) -> QuantizeResult:
     """Quantize a float model (static shapes) to a QNN-ready QDQ model at ``output_path``.
 
     Args:
@@ -228,13 +231,21 @@ def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Ite
             (``"MinMax"``, ``"Entropy"``, ``"Percentile"``, ``"Distribution"``).
         preprocess: run ``qnn_preprocess_model`` first.
         op_types_to_quantize / nodes_to_exclude: passed to ``get_qnn_qdq_config``.
+        keep_fragile: keep LayerNorm variances and Softmax denominators out of 8 bits (default
+            ``True``; :mod:`onnxwrapper.toolkit._fragile`).
+
+    The model is converted (in memory) to the opset the quantizer needs — 13 for per-channel
+    weights, 17 to fuse a decomposed LayerNorm, 21 for 16-bit Q/DQ — and the result says so.
 
     Raises:
         ValueError: unknown precision or calibration method. CalibrationError: no feeds.
+        OpsetConversionError: onnx's version converter cannot convert the model to that opset.
         Whatever onnxruntime.quantization raises for the model.
     """
     from onnxruntime.quantization import CalibrationMethod, QuantType, quantize
-    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config, qnn_preprocess_model
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    from onnxwrapper.toolkit._quantize_prepare import prepare_for_quantizer
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} for quantization, got {precision!r}")
@@ -253,24 +264,25 @@ def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Ite
     # save_and_reload_optimize_model); the metadata is put back on the QDQ model below.
     del work.metadata_props[:]
     with tempfile.TemporaryDirectory(prefix="onnxwrapper-quantize-") as tmp:
-        source: Any = work
-        pre_path = os.path.join(tmp, "preprocessed.onnx")
-        preprocessed = bool(preprocess and qnn_preprocess_model(work, pre_path))
-        if preprocessed:
-            source = pre_path
-        config = get_qnn_qdq_config(source, FeedsDataReader(calib.feeds), calibrate_method=method,
+        prepared = prepare_for_quantizer(work, tmp, activation_type=act, weight_type=weight, per_channel=per_channel,
+                                         preprocess=preprocess, keep_fragile=keep_fragile)
+        config = get_qnn_qdq_config(prepared.path, FeedsDataReader(calib.feeds), calibrate_method=method,
                                     activation_type=QuantType[act], weight_type=QuantType[weight],
-                                    per_channel=per_channel,
+                                    per_channel=per_channel, init_overrides=prepared.fragile.overrides or None,
                                     op_types_to_quantize=list(op_types_to_quantize or []) or None,
                                     nodes_to_exclude=list(nodes_to_exclude or []) or None)
         os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)
-        quantize(source, output_path, config)
+        quantize(prepared.path, output_path, config)
     qdq = onnx.load(output_path)
+    upgrades = list(prepared.upgrades)
+    if default_opset(qdq) != prepared.opset:  # onnxruntime.quantization's own update_opset_version
+        upgrades.append(OpsetUpgrade(prepared.opset, default_opset(qdq), ("converted by onnxruntime.quantization",),
+                                     by="onnxruntime.quantization"))
     _copy_metadata(original, qdq)
     onnx.save(qdq, output_path)
     count = sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in qdq.graph.node)
-    return QuantizeResult(output_path, precision, act, weight, len(calib.feeds), preprocessed,
-                          time.perf_counter() - start, count)
+    return QuantizeResult(output_path, precision, act, weight, len(calib.feeds), prepared.preprocessed,
+                          time.perf_counter() - start, count, tuple(upgrades), prepared.fragile)
 
 
 def _copy_metadata(src: onnx.ModelProto, dst: onnx.ModelProto) -> None:
