@@ -131,7 +131,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         backend_options: ``{label: {option: value}}`` (e.g. ``{"qnn": {"precision": "fp32"}}``).
         tolerances: a :class:`~onnxwrapper.diff.Tolerance` for every output, or
             :class:`~onnxwrapper.diff.Tolerances`; default precision-aware presets.
-        localize: find the first divergent node of each failing model (see :func:`localize_failures`).
+        localize: name the cause inside each failing model — the node that breaks, an FP16 overflow
+            or saturation, or error accumulating (see :func:`localize_failures`).
         directory: the diff directory (created); default a new ``aipc-diff-*`` temporary directory.
         timeout: seconds per backend run; ``None`` = no limit.
         max_bytes / max_calls_per_model: capture limits per run (``"2G"`` style accepted).

@@ -5,7 +5,7 @@ Fills ``DiffResult.app`` with one :class:`~onnxwrapper.diff.AppComparison` per c
 Not compared: replay mode (the script ran on the reference only), ``compare=("none",)``, and runs
 that did not complete (the verdict is then incomplete anyway). The relative tolerance of printed
 numbers defaults to the relative error the backend's tensors are allowed — the loosest among its
-outputs' tolerances: ``10^(-SNR bar/20)`` (FP16 0.0314, FP32 1.26e-4, quantized 0.1) or a user's
+outputs' tolerances: ``10^(-SNR bar/20)`` (FP16 0.0443, FP32 1.27e-4, quantized 0.1) or a user's
 ``rtol`` — so a printed number is held to the budget of the tensors it comes from.
 """
 

@@ -3,7 +3,7 @@
 Every metric is an object with ``name``, ``unit``, ``higher_is_better`` and ``__call__(y, r) ->
 float``; :class:`ArrayPair` holds the shared intermediate arrays so that computing all metrics of
 one output costs one pass. Definitions (r = reference, y = backend output, flattened, computed in
-float64; sources in research notes peers.md §1 and §7):
+float64; sources: Polygraphy `comparator/compare.py`, ONNX Runtime `qdq_loss_debug`, qai-hub-models `compare.py`):
 
 * absolute error ``|y − r|``; max / mean / median / p-quantile of it.
 * relative error ``|y − r| / |r|`` with zeros of ``r`` replaced by 2.22e-16, relative **to the

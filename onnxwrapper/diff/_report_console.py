@@ -115,10 +115,12 @@ def _app_lines(result) -> list[str]:
             lines.append(f"  {a.backend:<10} not compared ({a.reason})")
             continue
         masked = sum(i.masked for i in a.items)
+        timings = sum(i.timings for i in a.items)
         if a.status == "identical":
             numeric = [n for i in a.items for n in i.numeric][:3]
             what = ", ".join(i.what for i in a.items)
             extra = (f"; numbers within tolerance: {', '.join(numeric)}" if numeric else "") + \
+                    (f"; {timings} timing(s) not judged" if timings else "") + \
                     (f"; {masked} volatile number(s) masked (they differ between two reference runs)" if masked else "")
             lines.append(f"  {a.backend:<10} identical — {what}{extra}")
             continue

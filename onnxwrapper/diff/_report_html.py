@@ -171,7 +171,9 @@ def _app(result) -> list[str]:
             if i.numeric:
                 extra.append("numbers within tolerance: " + ", ".join(i.numeric))
             if i.masked:
-                extra.append(f"{i.masked} volatile number(s) masked")
+                extra.append(f"{i.masked} volatile number(s) masked (they differ between two reference runs)")
+            if i.timings:
+                extra.append(f"{i.timings} timing(s) not judged")
             out.append(f"<li>{_e(i.what)}: {'identical' if i.identical else 'DIFFERS'}"
                        f"{' — ' + _e('; '.join(extra)) if extra else ''}</li>")
             if i.diff:
@@ -213,8 +215,12 @@ def render_html(result, *, plots: bool | None = None) -> str:
                if not r.replay_of and not r.rerun_of and (not replay or label == result.reference)}
     if any(outputs.values()):
         same = len(set(outputs.values())) == 1
+        states = {a.status for a in result.app.values()}
         what = ("replay mode: the script ran on the reference only" if replay
-                else "identical on every backend" if same else "differs between backends")
+                else "identical on every backend" if same
+                else "differs between backends (see App output)" if "differs" in states or not states
+                or states == {"not_compared"}
+                else "the same result on every backend: differences in timings or numbers within tolerance only")
         out.append(f"<h3>Script output (stdout) — {what}</h3><div class='cols'>")
         for label, text in outputs.items():
             out.append(f"<div><b>{_e(label)}</b><pre>{_e(text) or '(empty)'}</pre></div>")

@@ -25,7 +25,7 @@ def _db(value) -> str:
 
 
 def worst_failure_text(summary) -> str:
-    """``"qnn model/output: SNR 6.8 dB < 30.1 dB (cosine 0.889169, session 1 call 0)"``-style text."""
+    """``"qnn model/output: SNR 6.8 dB < 27.1 dB (cosine 0.889169, session 1 call 0)"``-style text."""
     w = summary.worst
     where = f"{summary.backend} {summary.model}/{summary.output}"
     if w is None:
