@@ -111,7 +111,7 @@ def test_lower_bounds_and_presets():
     comp = compare_arrays(y, r, Tolerance(check="none", min_snr_db=60.0))
     assert comp.kind == "tolerance" and "SNR ≥ 60.0 dB" in comp.failed[0] and comp.hints == ["SNR ≥ 40.0 dB"]
     assert compare_arrays(y, r, PRESETS["quantized"]).passed  # SNR 40 dB ≥ 20 dB
-    assert compare_arrays(y, r, PRESETS["fp16"]).passed  # 1 % relative error: within FP16's 3.1 % budget
+    assert compare_arrays(y, r, PRESETS["fp16"]).passed  # 1 % relative error: within FP16's 4.4 % budget
 
 
 def test_tolerance_overrides_with_globs():

@@ -55,7 +55,7 @@ def test_deep_fp16_network_passes_with_the_default_tolerance(tmp_path, child_env
     proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (out,) = json.loads((d / "report.json").read_text())["outputs"]
-    assert out["precision"] == "fp16" and 30.07 < out["worst"]["metrics"]["snr_db"] < 90
+    assert out["precision"] == "fp16" and 27.07 < out["worst"]["metrics"]["snr_db"] < 90
     # the former fp16 preset (median |Δ| ≤ 1e-3 or rel ≤ 1e-3) raises a false alarm on it
     old = diff.Tolerance(atol=1e-3, rtol=1e-3, check="median", min_cosine=0.999)
     assert diff.check(d, tolerances=old).state == "tensor_mismatch"
@@ -85,6 +85,7 @@ def test_conv_agrees_on_qnn_fp16_and_fp32_in_replay_mode(tmp_path, child_env):
     by_label = {o["backend"]: o for o in rep["outputs"]}
     assert by_label["qnn"]["precision"] == "fp16" and by_label["q32"]["precision"] == "fp32"
     assert by_label["qnn"]["worst"]["metrics"]["cosine_similarity"] > 0.999
-    # FP32 simulation is held to the FP32 bar (78 dB), FP16 to 30.1 dB
-    assert by_label["q32"]["tolerance"]["min_snr_db"] == 78.0 and by_label["qnn"]["tolerance"]["min_snr_db"] == 30.07
-    assert by_label["q32"]["worst"]["metrics"]["snr_db"] == "inf" or by_label["q32"]["worst"]["metrics"]["snr_db"] > 78
+    # FP32 simulation is held to the FP32 bar (77.9 dB), FP16 to 27.1 dB
+    assert by_label["q32"]["tolerance"]["min_snr_db"] == 77.89 and by_label["qnn"]["tolerance"]["min_snr_db"] == 27.07
+    q32_snr = by_label["q32"]["worst"]["metrics"]["snr_db"]
+    assert q32_snr == "inf" or q32_snr > 77.89

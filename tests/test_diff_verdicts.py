@@ -41,13 +41,13 @@ def test_healthy_fp16_network_passes_where_the_old_one_step_rule_failed(tmp_path
     proc = aipc_diff(["--backends", "cpu,perturb", *FP16, "--dir", d, "--no-html", script], tmp_path, child_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (out,) = _report(d)["outputs"]
-    assert out["precision"] == "fp16" and 30.07 < out["worst"]["metrics"]["snr_db"] < 80
+    assert out["precision"] == "fp16" and 27.07 < out["worst"]["metrics"]["snr_db"] < 80
     # the former fp16 preset (median |Δ| ≤ 1e-3 or rel ≤ 1e-3, cosine ≥ 0.999) fails this healthy run
     old = diff.Tolerance(atol=1e-3, rtol=1e-3, check="median", min_cosine=0.999)
     assert diff.check(d, tolerances=old).state == "tensor_mismatch"
 
 
-@pytest.mark.parametrize("node,change", [("mm17", {"node_scale": 1.1}), ("add23", {"node_shift": 0.3})])
+@pytest.mark.parametrize("node,change", [("mm17", {"node_scale": 1.1}), ("add23", {"node_shift": 0.5})])
 def test_one_slightly_wrong_node_fails_and_localize_names_exactly_it(tmp_path, child_env, node, change):
     script = mlp_project(tmp_path, deep_mlp())
     d = tmp_path / "d"
