@@ -5,15 +5,17 @@ usage:
   aipc diff [options] -m module [args…]
   aipc diff --check DIR [tolerance options] [--localize]
 
-Every InferenceSession.run of the script is recorded per backend and compared with the reference
-backend, call by call and output by output (Polygraphy semantics: an element fails iff
-|y−r| > atol AND |y−r|/|r| > rtol, relative to the reference). Defaults follow the precision the
-backend runs at (fp32: atol=rtol=1e-5 elementwise; fp16: median 1e-3 + cosine ≥ 0.999; quantized:
-cosine ≥ 0.99 + SNR ≥ 20 dB); see docs/diff.md for the sources.
+Two levels are judged. Tensors: every InferenceSession.run of the script is recorded per backend
+and each output compared with the reference backend's, call by call, relative to the output's own
+scale: SNR ≥ 27.1 dB at FP16, 77.9 dB at FP32, 20 dB for quantized models (derivation in
+docs/diff.md); --atol/--rtol/--tol switch an output to Polygraphy's abs/rel rule instead. App: the
+script's stdout and exit status (and files named with --compare-output) are compared with the
+reference run's, printed numbers within the same relative budget, timings masked.
 
-Writes DIR/report.json and DIR/report.html (DIR defaults to ./aipc-diff-<date-time>) and prints
-the table. Exit status: 0 all within tolerance · 1 accuracy mismatch · 2 a backend failed, crashed
-or was unavailable (or nothing was compared) · 64 usage error.
+Writes DIR/report.json and DIR/report.html (DIR defaults to ./aipc-diff-<date-time>; --check writes
+new report-check-<date-time> files) and prints the table. Exit status: 0 tensors within tolerance
+and app output identical · 1 mismatch at either level · 2 a run crashed, raised, timed out or was
+unavailable (or nothing was compared) · 64 usage error.
 """
 
 from __future__ import annotations
@@ -68,14 +70,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tol.add_argument("--min-psnr", type=float, metavar="DB", help="require PSNR ≥ DB dB")
     tol.add_argument("--min-top1", type=float, metavar="F", help="require top-1 agreement ≥ F (class scores)")
     tol.add_argument("--allow-nonfinite", action="store_true", help="do not fail on NaN/Inf mismatches")
+    app = parser.add_argument_group("App output")
+    app.add_argument("--compare-output", action="append", default=[], metavar="stdout|none|FILE",
+                     help="what of the script's own result to compare across backends besides its exit status: "
+                          "stdout (default), none, or files it writes (relative to the working directory); "
+                          "repeatable or comma separated")
+    app.add_argument("--output-filter", metavar="REGEX", help="compare only the output lines this regex matches")
+    app.add_argument("--output-rtol", type=float, metavar="R",
+                     help="relative tolerance of printed numbers (default: the run's tensor error budget, "
+                          "4.4%% at FP16; 0 = exact)")
     loc = parser.add_argument_group("Localization")
     loc.add_argument("--localize", action="store_true",
-                     help="for each failing model, find the first node whose output breaks tolerance")
+                     help="for each failing model, name the cause: the node that breaks, the FP16 overflow, "
+                          "or error accumulating through the graph")
     loc.add_argument("--localize-max-tensors", type=int, default=256, metavar="N",
                      help="tensors exposed per round; larger graphs are bisected (default: 256)")
     rep = parser.add_argument_group("Reports")
-    rep.add_argument("--json", metavar="PATH", help="JSON report (default: DIR/report.json)")
-    rep.add_argument("--html", metavar="PATH", help="HTML report (default: DIR/report.html)")
+    rep.add_argument("--json", metavar="PATH", help="JSON report (default: DIR/report.json; with --check a new "
+                                                    "DIR/report-check-<date-time>.json)")
+    rep.add_argument("--html", metavar="PATH", help="HTML report (default: DIR/report.html; with --check a new "
+                                                    "DIR/report-check-<date-time>.html)")
     rep.add_argument("--no-html", action="store_true", help="do not write the HTML report")
     rep.add_argument("--show-output", action="store_true", help="print each run's script output")
     rep.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
@@ -125,6 +139,22 @@ def _tolerances(args):
     return tols
 
 
+def _app_options(args) -> dict:
+    import re
+
+    items = [i.strip() for value in args.compare_output for i in value.split(",") if i.strip()]
+    if "none" in items and len(items) > 1:
+        raise _Usage("--compare-output none cannot be combined with other items")
+    if args.output_filter is not None:
+        try:
+            re.compile(args.output_filter)
+        except re.error as exc:
+            raise _Usage(f"--output-filter {args.output_filter!r}: not a regular expression ({exc})") from exc
+    if args.output_rtol is not None and args.output_rtol < 0:
+        raise _Usage("--output-rtol must be ≥ 0")
+    return {"compare_output": items or None, "output_filter": args.output_filter, "output_rtol": args.output_rtol}
+
+
 def _progress_factory(quiet: bool):
     if quiet or not sys.stderr.isatty():
         return None, lambda: None
@@ -167,6 +197,7 @@ def main(args: argparse.Namespace) -> int:
     progress, close_bars = _progress_factory(args.quiet)
     try:
         tolerances = _tolerances(args)
+        app = _app_options(args)
         command = list(args.command or [])
         if command and command[0] == "--":
             command = command[1:]
@@ -175,7 +206,7 @@ def main(args: argparse.Namespace) -> int:
                 raise _Usage("--check DIR re-judges a saved diff: give no script")
             if not os.path.isdir(args.check):
                 raise _Usage(f"--check {args.check}: not a directory")
-            result = check(args.check, tolerances=tolerances, timeout=args.timeout, progress=progress)
+            result = check(args.check, tolerances=tolerances, timeout=args.timeout, progress=progress, **app)
         else:
             if args.module is not None:
                 if not args.module:
@@ -209,12 +240,14 @@ def main(args: argparse.Namespace) -> int:
                 raise _Usage(f"script not found: {target}")
             directory = args.dir or default_directory()
             echo = _echo if args.show_output else None
+            if app["compare_output"] is None:
+                app["compare_output"] = ["stdout"]
             _say(f"running {', '.join(labels)} ({'replay' if args.replay else 'live'}); results in {directory}")
             result = run(target, target_args, module=module, backends=labels_spec(labels), reference=args.reference,
                          replay=args.replay, auto_replay=not args.no_auto_replay, backend_options=options,
                          tolerances=tolerances, directory=directory,
                          timeout=args.timeout, max_bytes=max_bytes, max_calls_per_model=args.max_calls_per_model,
-                         progress=progress, echo=echo)
+                         progress=progress, echo=echo, **app)
         if args.localize and result.mismatch:
             localize_failures(result, timeout=args.timeout, progress=progress,
                               max_tensors=args.localize_max_tensors)
@@ -225,17 +258,15 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         close_bars()
+    from onnxwrapper.diff._api import report_paths
+
     sys.stdout.write(result.table(color=sys.stdout.isatty()) + "\n")
-    directory = result.directory or os.getcwd()
-    json_path = args.json or os.path.join(directory, "report.json")
-    result.write_json(json_path)
-    written = [json_path]
+    default_json, default_html = report_paths(result.directory or os.getcwd(), check=bool(args.check))
+    written = [os.path.abspath(result.write_json(args.json or default_json))]
     if not args.no_html:
-        html_path = args.html or os.path.join(directory, "report.html")
         try:
-            result.write_html(html_path)
-            written.append(html_path)
+            written.append(os.path.abspath(result.write_html(args.html or default_html)))
         except ImportError as exc:
             _say(f"HTML report skipped ({exc}); pip install 'onnxwrapper[report]'")
-    _say("reports: " + ", ".join(written))
+    _say("reports written: " + ", ".join(written))
     return result.exit_status

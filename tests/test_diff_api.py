@@ -37,9 +37,13 @@ def test_run_and_assert_helpers(tmp_path, child_env, perturb_registered):
     message = str(info.value)
     assert "verdict: MISMATCH (exit status 1)" in message and "FAIL:tolerance" in message
     assert info.value.result.outputs[0].failed_calls == 3
-    # re-judged from the saved directory with a preset that accepts a 1 % scale error
-    rechecked = diff.check(tmp_path / "bad", tolerances=diff.Tolerance(check="none", min_cosine=0.999))
-    assert rechecked.passed and rechecked.mode == "check"
+    # re-judged from the saved directory with a tolerance that accepts a 1 % scale error: the tensors
+    # pass, but the printed sums still differ by 1 % (beyond FP32's budget) — an app-level mismatch
+    tolerance = diff.Tolerance(check="none", min_cosine=0.999)
+    rechecked = diff.check(tmp_path / "bad", tolerances=tolerance)
+    assert rechecked.state == "app_mismatch" and rechecked.mode == "check" and not rechecked.tensor_mismatch
+    rechecked = diff.check(tmp_path / "bad", tolerances=tolerance, compare_output=["none"])
+    assert rechecked.passed and rechecked.app["perturb"].status == "not_compared"
     assert rechecked.write_json(tmp_path / "r.json") and (tmp_path / "r.json").exists()
 
 

@@ -33,7 +33,7 @@ def test_capture_records_every_call_and_reads_back(tmp_path, mul_1_path):
     cap = read_capture(tmp_path / "cap")
     assert cap.status == "complete" and cap.metadata == {"purpose": "test"}
     assert [(c.session, c.index, c.method) for c in cap.calls] == [
-        (0, 0, "run"), (0, 1, "run"), (1, 0, "run"), (1, 1, "run_with_ort_values")]
+        (1, 0, "run"), (1, 1, "run"), (2, 0, "run"), (2, 1, "run_with_ort_values")]  # sessions from 1
     first = cap.calls[0]
     info = cap.models[first.model]
     assert first.model.startswith("mul_1-") and info.path == str(mul_1_path.resolve())

@@ -22,7 +22,7 @@ def test_identical_backends_pass_exit_0(tmp_path, child_env):
     script = conv_project(tmp_path)
     proc = aipc_diff(["--backends", "cpu,cpu2=cpu", "--dir", tmp_path / "d", script], tmp_path, child_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "verdict: PASS (exit status 0)" in proc.stdout
+    assert "verdict: PASS — tensors within tolerance, app output identical (exit status 0)" in proc.stdout
     rep = _report(tmp_path / "d")
     assert rep["schema"] == "onnxwrapper-diff-report" and rep["verdict"] == "PASS" and rep["exit_status"] == 0
     (out,) = rep["outputs"]

@@ -55,7 +55,7 @@ def fake_child(calls: list):
             for k, name in enumerate(req["expose"]):
                 index = N - 1 if name == "Y" else int(name[1:])
                 if index >= BAD_FROM and f"t{k}" in arrays:
-                    arrays[f"t{k}"] = arrays[f"t{k}"] * np.float32(1.01)
+                    arrays[f"t{k}"] = arrays[f"t{k}"] * np.float32(1.1)  # SNR 20 dB
             np.savez(req["output"], **arrays)
         return BackendRun(backend=backend, status="ok")
 
@@ -82,8 +82,10 @@ def test_candidates_in_graph_order_and_exposure_in_memory(tmp_path):
 
 def test_all_at_once_finds_the_first_divergent_node_and_its_chain(tmp_path):
     loc, calls = _localize(tmp_path, chain_model())
-    assert loc.method == "all" and loc.rounds == 1 and calls == ["cpu", "bad"]
+    # one round exposing every tensor, one running the first failing node alone
+    assert loc.method == "all" and loc.rounds == 2 and calls == ["cpu", "bad", "cpu", "bad"]
     assert loc.first["node"] == f"n{BAD_FROM:02d}" and loc.first["op_type"] == "Relu"
+    assert loc.cause == "node" and loc.culprit["node"] == loc.first["node"] and loc.isolated_snr_db < loc.bar_db
     assert [c["node"] for c in loc.chain] == [f"n{i:02d}" for i in range(BAD_FROM + 1, N)]
     assert loc.tensors_compared == N and not loc.error
 
@@ -95,14 +97,21 @@ def test_bisection_when_exposing_everything_is_too_costly(tmp_path):
     assert loc.tensors_compared < N  # never everything at once
 
 
-def test_fp16_range_suspects_from_reference_values(tmp_path):
+@pytest.mark.parametrize("bad_from,cause,named", [(5, "overflow", "n04"), (9, "overflow", "n04"), (N, "none", None)])
+def test_fp16_overflow_is_the_cause_only_where_it_degrades_the_result(tmp_path, monkeypatch, bad_from, cause, named):
+    # n04 multiplies by 1e5: every reference value from n04 on (≈ 2e5) is beyond FP16's range. Where
+    # the result goes wrong downstream, the start of that region, n04, is named as the overflow; when
+    # the backend computes every tensor right (as the HTP simulator does up to 131008), it is only listed.
+    monkeypatch.setattr(sys.modules[__name__], "BAD_FROM", bad_from)
     calls = []
     loc = localize(model_source=chain_model(scale_at=4, scale=1e5), model_key="chain",
                    inputs={"X": np.ones((1, 8), np.float32)}, backend="bad", backend_options={}, reference="cpu",
-                   reference_options={}, tolerance=Tolerance(), precision="fp16", workdir=str(tmp_path / "loc"),
-                   run_child=fake_child(calls))
+                   reference_options={}, tolerance=Tolerance(check="none"), precision="fp16",
+                   workdir=str(tmp_path / "loc"), run_child=fake_child(calls))
     assert loc.suspects and loc.suspects[0]["node"] == "n04" and loc.suspects[0]["max_abs"] > 65504
-    assert "FP16 range" in loc.message
+    assert loc.cause == cause and (loc.culprit or {}).get("node") == named, loc.message
+    if cause == "overflow":
+        assert "FP16 overflow at 'n04'" in loc.message and loc.first["node"] == f"n{bad_from:02d}"
 
 
 def test_a_failing_round_is_reported_not_raised(tmp_path):

@@ -109,9 +109,9 @@ def test_lower_bounds_and_presets():
     y = r * np.float32(1.01)
     assert not compare_arrays(y, r, PRESETS["fp32"]).passed
     comp = compare_arrays(y, r, Tolerance(check="none", min_snr_db=60.0))
-    assert comp.kind == "tolerance" and "snr_db" in comp.failed[0]
-    assert compare_arrays(y, r, PRESETS["quantized"]).passed  # SNR 40 dB, cosine 1.0
-    assert PRESETS["fp16"].check == "median" and PRESETS["fp16"].min_cosine == 0.999
+    assert comp.kind == "tolerance" and "SNR ≥ 60.0 dB" in comp.failed[0] and comp.hints == ["SNR ≥ 40.0 dB"]
+    assert compare_arrays(y, r, PRESETS["quantized"]).passed  # SNR 40 dB ≥ 20 dB
+    assert compare_arrays(y, r, PRESETS["fp16"]).passed  # 1 % relative error: within FP16's 4.4 % budget
 
 
 def test_tolerance_overrides_with_globs():
@@ -120,7 +120,9 @@ def test_tolerance_overrides_with_globs():
     assert tols.for_output("m", "logits", "fp32").atol == 1e-2
     assert tols.for_output("m", "probs", "fp32") == PRESETS["fp32"]
     t = tols.for_output("det-abc", "boxes", "fp16")
-    assert (t.atol, t.rtol, t.check, t.min_cosine) == (0.5, 0.1, "max", 0.999)
+    # the user's abs/rel rule replaces the preset's SNR bar for that output
+    assert (t.atol, t.rtol, t.check, t.min_snr_db, t.preset) == (0.5, 0.1, "max", None, "fp16+custom")
+    assert tols.for_output("det-abc", "scores", "fp16") == PRESETS["fp16"]
     with pytest.raises(ValueError, match="NAME=atol:rtol"):
         parse_tol_override("logits")
     with pytest.raises(ValueError, match="check must be"):

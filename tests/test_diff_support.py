@@ -1,9 +1,12 @@
 """Shared helpers of the ``aipc diff`` tests (no tests here).
 
 ``perturb``: a TEST-ONLY backend (ONNX Runtime on CPU whose float outputs are scaled by
-``1 + scale``, optionally with a NaN, or that kills its process with SIGSEGV on the first run). It is
-installed for child processes the way a third-party plugin is: a module plus a ``*.dist-info``
-with an ``onnxwrapper.backends`` entry point, in a directory put on ``PYTHONPATH``.
+``1 + scale``, optionally with a NaN, or that kills its process with SIGSEGV on the first run; or
+that runs a perturbed copy of the model: one node's weights scaled or its bias shifted, every
+weight with multiplicative noise, every float activation rounded to FP16 — an FP16 device
+emulated on the CPU). It is installed for child processes the way a third-party plugin is: a
+module plus a ``*.dist-info`` with an ``onnxwrapper.backends`` entry point, in a directory put on
+``PYTHONPATH``; production code never detects it.
 """
 
 from __future__ import annotations
@@ -25,14 +28,58 @@ from tests import models
 REPO = Path(__file__).resolve().parents[1]
 
 PERTURB_SOURCE = '''
-"""TEST ONLY backend for onnxwrapper.diff tests: ORT CPU with perturbed outputs."""
+"""TEST ONLY backend for onnxwrapper.diff tests: ORT CPU with perturbed outputs or a perturbed model."""
 import os
 import signal
+import zlib
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession as ORT_SESSION
 
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, OrtBackendSession, SessionDescription
+
+
+def perturb_model(source, config):
+    """The model with config's node/noise/fp16 perturbations applied (serialized)."""
+    model = onnx.load_model_from_string(source) if isinstance(source, bytes) else onnx.load(source)
+    inits = {i.name: i for i in model.graph.initializer}
+    targets = set()
+    for node in model.graph.node:
+        if config["node"] and node.name == config["node"]:
+            names = [n for n in node.input if n in inits]
+            for k, name in enumerate(names):
+                w = numpy_helper.to_array(inits[name]).astype(np.float32)
+                if config["node_scale"] != 1.0 and w.size > 1:
+                    w = w * np.float32(config["node_scale"])
+                if config["node_shift"] and k == len(names) - 1:
+                    w = w + np.float32(config["node_shift"])
+                inits[name].CopyFrom(numpy_helper.from_array(w, name))
+                targets.add(name)
+    if config["weight_noise"]:
+        for name, init in inits.items():
+            w = numpy_helper.to_array(init)
+            if w.dtype == np.float32 and w.size > 1 and name not in targets:
+                rng = np.random.default_rng(zlib.crc32(name.encode()))
+                noise = 1 + config["weight_noise"] * rng.standard_normal(w.shape)
+                init.CopyFrom(numpy_helper.from_array((w * noise).astype(np.float32), name))
+    if config["fp16"]:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        floats = {v.name for v in list(inferred.graph.value_info) + list(inferred.graph.output)
+                  if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+        nodes = []
+        for node in model.graph.node:
+            extra = []
+            for k, out in enumerate(node.output):
+                if out in floats:
+                    node.output[k] = out + "__raw"
+                    extra += [helper.make_node("Cast", [out + "__raw"], [out + "__h"], to=onnx.TensorProto.FLOAT16),
+                              helper.make_node("Cast", [out + "__h"], [out], to=onnx.TensorProto.FLOAT)]
+            nodes += [node] + extra
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return model.SerializeToString()
 
 
 class _PerturbSession(OrtBackendSession):
@@ -68,14 +115,23 @@ class PerturbBackend(Backend):
     name = "perturb"
     options = {"scale": OptionSpec("scale", "relative perturbation", 0.0, float),
                "nan": OptionSpec("nan", "put a NaN first in each float output", False, bool),
-               "crash": OptionSpec("crash", "SIGSEGV on the first run", False, bool)}
+               "crash": OptionSpec("crash", "SIGSEGV on the first run", False, bool),
+               "node": OptionSpec("node", "name of a node whose weights are perturbed", "", str),
+               "node_scale": OptionSpec("node_scale", "factor on that node's weights", 1.0, float),
+               "node_shift": OptionSpec("node_shift", "added to that node's last initializer (bias)", 0.0, float),
+               "weight_noise": OptionSpec("weight_noise", "relative noise on every weight", 0.0, float),
+               "fp16": OptionSpec("fp16", "round every float activation to FP16", False, bool),
+               "precision": OptionSpec("precision", "declared precision (fp16/fp32)", "", str)}
 
     @classmethod
     def probe(cls):
         return Availability(True, reason="test-only backend")
 
     def open(self, request):
-        return _PerturbSession(self.config, request.path_or_bytes, request.sess_options, request.providers,
+        source = request.path_or_bytes
+        if self.config["node"] or self.config["weight_noise"] or self.config["fp16"]:
+            source = perturb_model(source, self.config)
+        return _PerturbSession(self.config, source, request.sess_options, request.providers,
                                request.provider_options, request.kwargs)
 '''
 
@@ -146,3 +202,57 @@ def conv_project(directory: Path) -> Path:
     """``conv.onnx`` (tests.models.smallconv, batch 1) and ``script.py`` running it 3 times."""
     (directory / "conv.onnx").write_bytes(models.smallconv(batch=1))
     return write_script(directory, CONV_SCRIPT)
+
+
+def deep_mlp(layers: int = 40, width: int = 32, seed: int = 0, sumsq_after: int | None = None) -> bytes:
+    """``layers`` × (MatMul ``mmNN`` → Add ``addNN`` → Relu ``reluNN``), He-initialised so the
+    activations keep their scale; the last layer has no Relu (``Y`` = ``add<last>``); X, Y
+    float[1, width].
+
+    With ``sumsq_after=k`` a decomposed RMS normalisation follows layer k (magika's failure):
+    ``sq`` (Mul h·h) → ``sumsq`` (ReduceSum over the features) → ``meansq`` (Div) → ``rms`` (Sqrt)
+    → ``norm`` (Div h / rms): with activations of ~50, ``sumsq`` exceeds FP16's range while every
+    other tensor stays within it.
+    """
+    rng = np.random.default_rng(seed)
+    inits, nodes, prev = [], [], "X"
+    for i in range(layers):
+        w = (rng.standard_normal((width, width)) * np.sqrt(2.0 / width)).astype(np.float32)
+        b = (rng.standard_normal(width) * 0.1).astype(np.float32)
+        inits += [onnx.numpy_helper.from_array(w, f"W{i:02d}"), onnx.numpy_helper.from_array(b, f"B{i:02d}")]
+        last = i == layers - 1
+        nodes += [h.make_node("MatMul", [prev, f"W{i:02d}"], [f"m{i:02d}"], name=f"mm{i:02d}"),
+                  h.make_node("Add", [f"m{i:02d}", f"B{i:02d}"], ["Y" if last else f"a{i:02d}"], name=f"add{i:02d}")]
+        if not last:
+            nodes.append(h.make_node("Relu", [f"a{i:02d}"], [f"h{i:02d}"], name=f"relu{i:02d}"))
+        prev = f"h{i:02d}"
+        if sumsq_after is not None and i == sumsq_after:
+            inits += [onnx.numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+                      onnx.numpy_helper.from_array(np.array(width, np.float32), "n_feat")]
+            nodes += [h.make_node("Mul", [prev, prev], ["sq"], name="sq"),
+                      h.make_node("ReduceSum", ["sq", "axes"], ["sumsq"], keepdims=1, name="sumsq"),
+                      h.make_node("Div", ["sumsq", "n_feat"], ["meansq"], name="meansq"),
+                      h.make_node("Sqrt", ["meansq"], ["rms"], name="rms"),
+                      h.make_node("Div", [prev, "rms"], ["normed"], name="norm")]
+            prev = "normed"
+    g = h.make_graph(nodes, "deep_mlp", [h.make_tensor_value_info("X", T.FLOAT, [1, width])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [1, width])], inits)
+    return models.make_model(g, opset=17)
+
+
+MLP_SCRIPT = """
+    import numpy as np
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession("mlp.onnx")
+    for i in range(2):
+        x = (np.random.default_rng(i).standard_normal((1, 32)) * {scale}).astype(np.float32)
+        y = sess.run(None, {{"X": x}})[0]
+        print("argmax", int(y.argmax()))
+"""
+
+
+def mlp_project(directory: Path, model: bytes, scale: float = 10.0) -> Path:
+    """``mlp.onnx`` and ``script.py`` running it twice on N(0, scale²) inputs, printing the argmax."""
+    (directory / "mlp.onnx").write_bytes(model)
+    return write_script(directory, MLP_SCRIPT.format(scale=scale))

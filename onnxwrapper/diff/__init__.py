@@ -5,7 +5,9 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
 * **capture** — :func:`start_capture` / :class:`CaptureWriter` record every run call of every
   ``onnxwrapper.InferenceSession`` of a process into an open format; :func:`read_capture` reads it;
 * **run** — :func:`run` runs a script (or module) once per backend, each in its own process, in
-  live or replay mode, then compares (and with ``localize=True`` finds the first divergent node);
+  live or replay mode, then compares at two levels — every output tensor, and the script's own
+  result (stdout, exit status, named files) — and with ``localize=True`` names the node that
+  breaks, the overflowing node, or says that the error accumulates;
 * **judge** — :func:`check` re-judges a saved diff directory, :func:`compare` any captures, with
   :class:`Tolerance` / :class:`Tolerances` (Polygraphy semantics, precision-aware :data:`PRESETS`)
   and metric functors (:mod:`onnxwrapper.diff.metrics`);
@@ -18,16 +20,9 @@ Importing this package imports numpy and onnxwrapper only (no matplotlib, no bac
 from __future__ import annotations
 
 from onnxwrapper.diff import _metrics as metrics
-from onnxwrapper.diff._api import (
-    assert_backends_agree,
-    assert_close,
-    check,
-    compare,
-    default_directory,
-    localize_failures,
-    parse_backends,
-    run,
-)
+from onnxwrapper.diff._api import check, compare, default_directory, parse_backends, run
+from onnxwrapper.diff._assert import assert_backends_agree, assert_close
+from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._capture import (
     DEFAULT_MAX_BYTES,
     FORMAT,
@@ -52,6 +47,8 @@ from onnxwrapper.diff._result import (
     EXIT_MISMATCH,
     EXIT_OK,
     EXIT_USAGE,
+    STATES,
+    AppComparison,
     BackendRun,
     CallComparison,
     DiffAssertionError,
@@ -59,13 +56,21 @@ from onnxwrapper.diff._result import (
     Localization,
     OutputSummary,
 )
-from onnxwrapper.diff._tolerance import PRESETS, Tolerance, Tolerances, parse_tol_override, precision_for
+from onnxwrapper.diff._tolerance import (
+    PRESETS,
+    Tolerance,
+    Tolerances,
+    error_budget,
+    parse_tol_override,
+    precision_for,
+    snr_bar_db,
+)
 
 __all__ = sorted([
     "metrics", "run", "check", "compare", "localize_failures", "assert_backends_agree", "assert_close",
     "parse_backends", "default_directory", "DEFAULT_MAX_BYTES", "FORMAT", "FORMAT_VERSION", "CaptureHandle",
     "CaptureLimitWarning", "CaptureWriter", "start_capture", "Call", "Capture", "CaptureFormatError", "ModelInfo",
     "SessionInfo", "TensorSpec", "read_capture", "compare_arrays", "compare_captures", "EXIT_OK", "EXIT_MISMATCH",
-    "EXIT_BACKEND_FAILED", "EXIT_USAGE", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
-    "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for",
+    "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "AppComparison", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
+    "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for", "error_budget", "snr_bar_db",
 ])

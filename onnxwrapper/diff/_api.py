@@ -13,18 +13,35 @@ import os
 import tempfile
 from typing import Callable, Iterable, Mapping
 
+from onnxwrapper.diff._app_level import NONE, STDOUT, judge_app, needs_rerun
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
 from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
-from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._compare import compare_captures
+from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._orchestrate import Target, run_child
-from onnxwrapper.diff._result import BackendRun, DiffAssertionError, DiffResult
+from onnxwrapper.diff._result import BackendRun, DiffResult
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
 
-__all__ = ["MANIFEST", "parse_backends", "run", "check", "compare", "localize_failures",
-           "assert_backends_agree", "assert_close", "default_directory"]
+__all__ = ["MANIFEST", "parse_backends", "run", "check", "compare", "default_directory", "report_paths",
+           "as_tolerances"]
 
 MANIFEST = "diff.json"
 MANIFEST_FORMAT = "onnxwrapper-diff"
+
+
+def report_paths(directory: str, check: bool = False) -> tuple[str, str]:
+    """``(json path, html path)`` of a report in ``directory``: ``report.json``/``report.html``
+    for a run; for a re-check (``--check``) new ``report-check-<UTC date-time>[-n]`` files, so the
+    original run's report is kept."""
+    if not check:
+        return os.path.join(directory, "report.json"), os.path.join(directory, "report.html")
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    base, n = os.path.join(directory, f"report-check-{stamp}"), 1
+    stem = base
+    while os.path.exists(stem + ".json") or os.path.exists(stem + ".html"):
+        n += 1
+        stem = f"{base}-{n}"
+    return stem + ".json", stem + ".html"
 
 
 def default_directory(base: str | None = None) -> str:
@@ -64,7 +81,8 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
     return result
 
 
-def _as_tolerances(tolerances) -> Tolerances:
+def as_tolerances(tolerances) -> Tolerances:
+    """``None``, a :class:`Tolerance` or :class:`Tolerances` → :class:`Tolerances`."""
     if tolerances is None:
         return Tolerances()
     if isinstance(tolerances, Tolerance):
@@ -95,7 +113,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         localize: bool = False, directory=None, timeout: float | None = None,
         max_bytes: int | str = DEFAULT_MAX_BYTES, max_calls_per_model: int | None = None, cwd=None,
         env: Mapping[str, str] | None = None, progress: Callable | None = None,
-        echo: Callable | None = None) -> DiffResult:
+        echo: Callable | None = None, compare_output: Iterable[str] = (STDOUT,), output_filter: str | None = None,
+        output_rtol: float | None = None) -> DiffResult:
     """Run a script (or module) once per backend, each in its own process, and compare with the reference.
 
     Args:
@@ -112,13 +131,20 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         backend_options: ``{label: {option: value}}`` (e.g. ``{"qnn": {"precision": "fp32"}}``).
         tolerances: a :class:`~onnxwrapper.diff.Tolerance` for every output, or
             :class:`~onnxwrapper.diff.Tolerances`; default precision-aware presets.
-        localize: find the first divergent node of each failing model (see :func:`localize_failures`).
+        localize: name the cause inside each failing model — the node that breaks, an FP16 overflow
+            or saturation, or error accumulating (see :func:`localize_failures`).
         directory: the diff directory (created); default a new ``aipc-diff-*`` temporary directory.
         timeout: seconds per backend run; ``None`` = no limit.
         max_bytes / max_calls_per_model: capture limits per run (``"2G"`` style accepted).
         cwd / env: working directory and extra environment variables of the script.
         progress: ``progress(stage: str, done: int, total: int)`` callback (the CLI's tqdm bars).
         echo: ``echo(label, stdout_text)`` called after each run with the script's standard output.
+        compare_output: the app-level comparison (:mod:`onnxwrapper.diff._app_level`):
+            ``"stdout"`` (default), names of files the script writes (relative to ``cwd``), or
+            ``("none",)``.
+        output_filter: regular expression; only matching lines of the compared text take part.
+        output_rtol: relative tolerance of printed numbers (default: the run's tensor error
+            budget; 0 = exact).
 
     Returns:
         :class:`~onnxwrapper.diff.DiffResult` (``exit_status`` 0/1/2).
@@ -127,6 +153,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         onnxwrapper.BackendNotFoundError, ValueError: bad backend list or arguments (usage errors).
         FileNotFoundError: the script does not exist.
     """
+    compare_output = _app_items(compare_output)
     labels = parse_backends(backends)
     if reference not in labels:
         from onnxwrapper._registry import default_registry
@@ -145,7 +172,9 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     tgt = Target(argv=(os.fspath(target), *map(str, args)), module=module,
                  cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}))
     manifest = {"format": MANIFEST_FORMAT, "version": 1, "mode": "replay" if replay else "live",
-                "reference": reference, "backends": labels, "target": tgt.to_dict(), "runs": {}}
+                "reference": reference, "backends": labels, "target": tgt.to_dict(), "runs": {},
+                "app": {"compare": list(compare_output), "filter": output_filter, "rtol": output_rtol}}
+    files = [w for w in compare_output if w not in (STDOUT, NONE)]
     _write_manifest(directory, manifest)
     order = [reference] + [lb for lb in labels if lb != reference]
     runs: dict[str, BackendRun] = {}
@@ -162,7 +191,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
             replay_from = runs[reference].capture_dir
         r = run_child(labels[label], options[label], cap_dir, target=None if replay_from else tgt, replay=replay_from,
                       timeout=timeout, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model,
-                      env=tgt.env, echo=(lambda text, _l=label: echo(_l, text)) if echo else None)
+                      env=tgt.env, echo=(lambda text, _l=label: echo(_l, text)) if echo else None,
+                      files=() if replay_from else files)
         r.label = label
         runs[label] = r
         manifest["runs"][label] = _relative_run(r, directory)
@@ -171,10 +201,31 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         _auto_replay(directory, manifest, labels, options, runs, reference, timeout, max_bytes, tgt.env, progress)
     if progress:
         progress("runs done", len(order), len(order))
-    result = _judge(directory, manifest, runs, _as_tolerances(tolerances), progress)
+    result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
+    judge_app(result, compare=compare_output, filter_regex=output_filter, rtol=output_rtol)
+    if not replay and needs_rerun(result):
+        # a second reference run, unrecorded, tells volatile printed numbers (timings) apart
+        name = f"{reference}+rerun"
+        if progress:
+            progress(f"run {name}", len(order), len(order) + 1)
+        rr = run_child(labels[reference], options[reference], os.path.join(directory, name), target=tgt,
+                       timeout=timeout, env=tgt.env, files=files, capture=False)
+        rr.label, rr.rerun_of = name, reference
+        runs[name] = rr
+        manifest["runs"][name] = _relative_run(rr, directory)
+        _write_manifest(directory, manifest)
+        judge_app(result, compare=compare_output, filter_regex=output_filter, rtol=output_rtol)
     if localize:
         localize_failures(result, timeout=timeout, progress=progress, env=tgt.env)
     return result
+
+
+def _app_items(compare_output) -> tuple:
+    items = (compare_output,) if isinstance(compare_output, str) else tuple(compare_output or ())
+    items = tuple(os.fspath(i) for i in items)
+    if NONE in items and len(items) > 1:
+        raise ValueError(f"compare_output: 'none' cannot be combined with other items ({', '.join(items)}).")
+    return items or (NONE,)
 
 
 def _auto_replay(directory, manifest, labels, options, runs, reference, timeout, max_bytes, env, progress) -> None:
@@ -222,13 +273,13 @@ def _judge(directory: str, manifest: dict, runs: dict, tolerances: Tolerances, p
             except CaptureFormatError:
                 pass
     replay_of = {lb: r.replay_of for lb, r in runs.items() if r.replay_of}
-    others = {lb: c for lb, c in caps.items() if lb != reference and lb not in replay_of}
+    others = {lb: c for lb, c in caps.items() if lb != reference and lb not in replay_of and not runs[lb].rerun_of}
     replayed = {replay_of[lb]: c for lb, c in caps.items() if lb in replay_of}
     cb = (lambda d, t: progress("compare", d, t)) if progress else None
     if reference in caps:
         result = compare_captures(caps[reference], others, tolerances=tolerances,
                                   mode=manifest.get("mode", "live"), progress=cb, reference_label=reference,
-                                  incomplete={lb for lb, r in runs.items() if not r.ok and not r.replay_of},
+                                  incomplete={lb for lb, r in runs.items() if not r.complete and not r.replay_of},
                                   replayed=replayed)
     else:
         result = DiffResult(reference=reference, backends=list(others), mode=manifest.get("mode", "live"),
@@ -246,13 +297,16 @@ def _judge(directory: str, manifest: dict, runs: dict, tolerances: Tolerances, p
 
 
 def check(directory, *, tolerances=None, localize: bool = False, timeout: float | None = None,
-          progress: Callable | None = None) -> DiffResult:
+          progress: Callable | None = None, compare_output: Iterable[str] | None = None,
+          output_filter: str | None = None, output_rtol: float | None = None) -> DiffResult:
     """Re-judge a saved diff directory (``aipc diff --check DIR``) without running the script again.
 
     Args:
         directory: a directory written by :func:`run` / ``aipc diff`` (holds ``diff.json``).
         tolerances: new tolerances (see :func:`run`). localize: also localize failures (this does
             run the failing models again, on their backends).
+        compare_output / output_filter / output_rtol: the app-level comparison (see :func:`run`);
+            ``None`` = as the run was made (files can only be compared when the run copied them).
 
     Raises:
         FileNotFoundError: no ``diff.json`` there (a single capture is compared with :func:`compare`).
@@ -272,8 +326,13 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
             if d.get(key):
                 d[key] = os.path.join(directory, d[key])
         runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__})
-    result = _judge(directory, manifest, runs, _as_tolerances(tolerances), progress)
+    result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
     result.mode = "check"
+    saved = manifest.get("app") or {}
+    judge_app(result, compare=_app_items(compare_output if compare_output is not None
+                                         else saved.get("compare", (STDOUT,))),
+              filter_regex=output_filter if output_filter is not None else saved.get("filter"),
+              rtol=output_rtol if output_rtol is not None else saved.get("rtol"))
     if localize:
         localize_failures(result, timeout=timeout, progress=progress)
     return result
@@ -286,99 +345,4 @@ def compare(reference, others: Mapping, *, tolerances=None, mode: str = "check")
     """
     ref = reference if isinstance(reference, Capture) else read_capture(reference)
     caps = {k: v if isinstance(v, Capture) else read_capture(v) for k, v in others.items()}
-    return compare_captures(ref, caps, tolerances=_as_tolerances(tolerances), mode=mode)
-
-
-def localize_failures(result: DiffResult, *, timeout: float | None = None, progress: Callable | None = None,
-                      max_tensors: int = 256, max_bytes: int = 512 * 1024 ** 2,
-                      env: Mapping[str, str] | None = None) -> list:
-    """Localize every failing (backend, model) of ``result``; appends to ``result.localizations``.
-
-    For each backend and model with an output that failed on values (``tolerance``/``nonfinite``),
-    the call of that model with the worst failing output is re-run with intermediate tensors
-    exposed, on the reference and on the backend (child processes), see :mod:`._localize`.
-
-    Args:
-        result: a result of :func:`run` or :func:`check` (needs its diff directory).
-        timeout: seconds per child run. progress: as for :func:`run`.
-        max_tensors / max_bytes: budget of one round (tensors, bytes); beyond it the graph is bisected.
-        env: extra environment variables of the child processes.
-
-    Returns:
-        The new :class:`~onnxwrapper.diff.Localization` objects (also appended to ``result``).
-    """
-    from onnxwrapper.diff._localize import localize
-
-    if not result.directory or result.reference not in result.runs:
-        return []
-    ref_run = result.runs[result.reference]
-    ref_cap = read_capture(ref_run.capture_dir)
-    by_key = ref_cap.calls_by_key()
-    targets: dict[tuple[str, str], list] = {}
-    for summary in result.outputs:
-        if summary.kind in ("tolerance", "nonfinite") and summary.worst is not None:
-            targets.setdefault((summary.backend, summary.model), []).append(summary)
-    done = []
-    for (label, model), summaries in sorted(targets.items()):
-        worst = min(summaries, key=lambda s: s.worst.metrics.get("snr_db", float("inf"))).worst
-        call = by_key.get((worst.session, worst.index))
-        run_ = result.runs.get(label)
-        if call is None or run_ is None:
-            continue
-        workdir = os.path.join(result.directory, "localize", label, model)
-
-        def child(backend, options, sdir, req, _t=timeout):
-            return run_child(backend, options, sdir, expose=req, timeout=_t, env=dict(env or {}))
-
-        try:
-            source = ref_cap.models[model].model_source()
-            loc = localize(model_source=source, model_key=model, inputs=call.inputs(), backend=run_.backend,
-                           backend_options=run_.options, reference=ref_run.backend,
-                           reference_options=ref_run.options, tolerance=summaries[0].tolerance,
-                           precision=summaries[0].precision, workdir=workdir, run_child=child,
-                           call=(worst.session, worst.index), failing_outputs=[s.output for s in summaries],
-                           max_tensors=max_tensors, max_bytes=max_bytes,
-                           progress=(lambda r, d, _l=label: progress(f"localize {_l} round {r}: {d}", r, 0))
-                           if progress else None)
-        except (OSError, ValueError) as exc:
-            from onnxwrapper.diff._result import Localization
-
-            loc = Localization(backend=label, model=model, error=str(exc), message=f"localization failed: {exc}")
-        loc.backend = label
-        result.localizations.append(loc)
-        done.append(loc)
-    return done
-
-
-def assert_backends_agree(target, args: Iterable[str] = (), **kwargs) -> DiffResult:
-    """pytest helper: :func:`run` and raise :class:`~onnxwrapper.diff.DiffAssertionError` (an
-    ``AssertionError`` whose message is the console table) unless the verdict is PASS.
-
-    Keyword arguments are those of :func:`run`. Returns the result when it passed.
-    """
-    __tracebackhide__ = True
-    result = run(target, args, **kwargs)
-    result.assert_passed()
-    return result
-
-
-def assert_close(actual, expected, tolerance: Tolerance | None = None, *, name: str = "output") -> None:
-    """pytest helper for one array: raise :class:`~onnxwrapper.diff.DiffAssertionError` with the metrics and
-    the "would have passed with" hint unless ``actual`` is within ``tolerance`` of ``expected``.
-
-    Args:
-        actual: the backend's array; expected: the reference array.
-        tolerance: defaults to ``Tolerance()`` (atol = rtol = 1e-5, elementwise).
-    """
-    __tracebackhide__ = True
-    comp = compare_arrays(actual, expected, tolerance)
-    if comp.passed:
-        return
-    tol = tolerance or Tolerance()
-    metrics = ", ".join(f"{k}={v:.4g}" for k, v in comp.metrics.items()
-                        if k in ("max_abs_error", "max_rel_error", "cosine_similarity", "snr_db"))
-    lines = [f"{name}: {comp.kind} — failed {'; '.join(comp.failed)} (tolerance: {tol.describe()})"]
-    if metrics:
-        lines.append(f"  {metrics}")
-    lines += [f"  would pass with {h}" for h in comp.hints if h]
-    raise DiffAssertionError("\n".join(lines), None)
+    return compare_captures(ref, caps, tolerances=as_tolerances(tolerances), mode=mode)

@@ -9,6 +9,11 @@ specification and :mod:`onnxwrapper.diff._capture_reader` reads it. Layout::
                                 (uncompressed, never pickled; names live in calls.jsonl)
     <dir>/models/<key>.onnx     only for models that were given as bytes (needed for replay)
 
+Sessions are numbered from 1 in the order the script created them — the numbers ``aipc -v``
+prints — when the creator announces them (:meth:`CaptureWriter.announce_session`, done by
+``aipc diff``'s child process), else in the order of their first run call. Calls are numbered
+from 0 within their session. (Format version 1 numbered sessions from 0; the reader shifts them.)
+
 A call's line is appended to calls.jsonl only after its .npz is complete, so a process that
 dies (even by SIGSEGV) leaves a consistent prefix. ``capture.json`` is replaced atomically when a
 new session appears and when recording stops.
@@ -33,7 +38,6 @@ import hashlib
 import json
 import os
 import queue
-import re
 import threading
 import warnings
 import weakref
@@ -42,120 +46,24 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from onnxwrapper.diff._capture_values import (array_meta, declared_types, model_key, sha256_file, tensor_meta,
+                                              to_array, tool_versions, user_model)
 from onnxwrapper.diff._files import atomic_write, fmt_bytes, jsonable, parse_size, write_npz
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "DEFAULT_MAX_BYTES", "CaptureLimitWarning", "CaptureWriter",
            "CaptureHandle", "start_capture", "model_key", "parse_size", "write_npz"]
 
 FORMAT = "onnxwrapper-capture"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: default bound on bytes written by one capture (arrays + stored models): 2 GiB.
 DEFAULT_MAX_BYTES = 2 * 1024 ** 3
 _QUEUE_ITEMS = 64
 #: arrays waiting for the writer thread beyond this many bytes make the script wait (backpressure).
 _PENDING_BYTES = 256 * 1024 ** 2
-_hash_cache: dict[tuple, str] = {}
-_hash_lock = threading.Lock()
 
 
 class CaptureLimitWarning(UserWarning):
     """Recording stopped (or skipped calls) because a capture limit was reached."""
-
-
-def _sha256_file(path: str) -> str:
-    st = os.stat(path)
-    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
-    with _hash_lock:
-        if key in _hash_cache:
-            return _hash_cache[key]
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    with _hash_lock:
-        _hash_cache[key] = digest.hexdigest()
-    return _hash_cache[key]
-
-
-def model_key(sha256: str, path: str | None) -> str:
-    """Deterministic model key: ``<file stem>-<first 12 hex of sha256>`` (``model-…`` for bytes).
-
-    The same model file gets the same key in every backend's capture, which is how calls of
-    different runs are matched to models.
-    """
-    stem = "model"
-    if path:
-        stem = os.path.basename(path)
-        stem = stem[:-5] if stem.lower().endswith(".onnx") else stem
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:48] or "model"
-    return f"{stem}-{sha256[:12]}"
-
-
-def _user_model(session) -> tuple[str | None, bytes | None]:
-    """The model the *user* gave the session: ``(path, None)`` or ``(None, bytes)``.
-
-    A backend may hand ORT a compiled artifact (EPContext model), so the façade's record of the
-    original argument is preferred when present; ORT's ``_model_path``/``_model_bytes`` are the
-    fallback.
-    """
-    for attr in ("_ow_request", "_ow_model_source"):
-        obj = getattr(session, attr, None)
-        if obj is None:
-            continue
-        given = getattr(obj, "path_or_bytes", None)
-        if given is None and getattr(obj, "path", None) is not None:
-            given = obj.path
-        if isinstance(given, (str, os.PathLike)):
-            return os.fspath(given), None
-        if isinstance(given, bytes):
-            return None, given
-    path = getattr(session, "_model_path", None)
-    if path:
-        return os.fspath(path), None
-    data = getattr(session, "_model_bytes", None)
-    return None, data if isinstance(data, bytes) else None
-
-
-def _declared_types(session) -> dict:
-    """``{input name: numpy dtype}`` from the session's declared inputs (empty when unknown)."""
-    try:
-        from onnxwrapper.kernel import ort_type_to_numpy
-
-        return {i.name: ort_type_to_numpy(i.type) for i in session.get_inputs()}
-    except Exception:  # metadata unavailable: lists are recorded as numpy infers them
-        return {}
-
-
-def _meta(items) -> list[dict]:
-    return [{"name": a.name, "type": getattr(a, "type", None),
-             "shape": [d if isinstance(d, (int, str)) or d is None else str(d) for d in (a.shape or [])]}
-            for a in items]
-
-
-def _to_array(value, declared=None) -> np.ndarray | None:
-    """A copy of ``value`` as a numpy array (OrtValue, list, array); ``None`` for non-tensors.
-
-    Python lists are cast to ``declared`` (the input's ONNX dtype), as ONNX Runtime casts them, so
-    that the recorded array is what the model received.
-    """
-    if hasattr(value, "numpy") and hasattr(value, "is_tensor"):
-        if not value.is_tensor():
-            return None
-        value = value.numpy()
-    if isinstance(value, (dict, tuple)) or (isinstance(value, list) and value and isinstance(value[0], dict)):
-        return None
-    if isinstance(value, list) and declared is not None:
-        try:
-            return np.array(value, dtype=declared)
-        except (TypeError, ValueError):
-            pass
-    arr = np.array(value, copy=True)
-    if arr.dtype == object:
-        try:
-            arr = arr.astype(str)
-        except (TypeError, ValueError):
-            return None
-    return arr
 
 
 @dataclass
@@ -197,6 +105,8 @@ class CaptureWriter:
         self.store_models = store_models
         self._lock = threading.RLock()
         self._sessions: "weakref.WeakKeyDictionary[Any, _Session]" = weakref.WeakKeyDictionary()
+        self._announced: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+        self._next_ordinal = 1
         self._session_records: list[dict] = []
         self._models: dict[str, dict] = {}
         self._model_calls: dict[str, int] = {}
@@ -209,7 +119,7 @@ class CaptureWriter:
         self._closed = False
         self._header = {"format": FORMAT, "version": FORMAT_VERSION,
                         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                        "tool": _tool_versions(), "metadata": dict(metadata or {}),
+                        "tool": tool_versions(), "metadata": dict(metadata or {}),
                         "limits": {"max_bytes": self.max_bytes, "max_calls_per_model": max_calls_per_model}}
         self._calls_file = open(os.path.join(self.directory, "calls.jsonl"), "a", encoding="utf-8")
         self._queue: queue.Queue | None = None
@@ -228,8 +138,9 @@ class CaptureWriter:
         """Record one call (the ``onnxwrapper.add_run_observer`` contract). Never raises for a
         capture problem: failures are kept in the header's ``errors`` list instead.
 
-        ``call_key=(session ordinal, call index)`` imposes the keys instead of numbering sessions
-        by first use (replay uses it to keep the reference's keys)."""
+        Sessions are numbered from 1 in creation order (:meth:`announce_session`), else at their
+        first call; ``call_key=(session ordinal, call index)`` imposes the keys instead (replay uses
+        it to keep the reference's keys)."""
         try:
             self._observe(session, method, output_names, input_feed, outputs, seconds, call_key)
         except Exception as exc:  # a capture bug must not break the user's script
@@ -254,19 +165,19 @@ class CaptureWriter:
         arrays: dict[str, np.ndarray] = {}
         inputs_meta, outputs_meta = [], []
         if method != "run_with_iobinding":
-            declared = _declared_types(session) if any(isinstance(v, list) for v in input_feed.values()) else {}
+            declared = declared_types(session) if any(isinstance(v, list) for v in input_feed.values()) else {}
             for k, (name, value) in enumerate(dict(input_feed).items()):
-                arr = _to_array(value, declared.get(name))
-                inputs_meta.append(_array_meta(name, arr, f"i{k}"))
+                arr = to_array(value, declared.get(name))
+                inputs_meta.append(array_meta(name, arr, f"i{k}"))
                 if arr is not None:
                     arrays[f"i{k}"] = arr
         values = outputs
         if method == "run_with_iobinding":
             values = input_feed.copy_outputs_to_cpu()
         for k, value in enumerate(values or []):
-            arr = _to_array(value)
+            arr = to_array(value)
             name = names_out[k] if k < len(names_out) else f"output_{k}"
-            outputs_meta.append(_array_meta(name, arr, f"o{k}"))
+            outputs_meta.append(array_meta(name, arr, f"o{k}"))
             if arr is not None:
                 arrays[f"o{k}"] = arr
         nbytes = sum(a.nbytes for a in arrays.values()) + 512
@@ -303,17 +214,32 @@ class CaptureWriter:
         count = len(outputs or []) if method != "run_with_iobinding" else len(names)
         return names[:count] if len(names) >= count else [f"output_{k}" for k in range(count)]
 
+    def announce_session(self, session, **_ignored) -> None:
+        """Number ``session`` now, when it is created (``aipc_loader``'s session-listener
+        signature), so that ordinals follow creation order as ``aipc -v`` numbers sessions; a
+        session never announced is numbered at its first run call. Never raises."""
+        try:
+            with self._lock:
+                if session not in self._sessions and session not in self._announced:
+                    self._announced[session] = self._next_ordinal
+                    self._next_ordinal += 1
+        except TypeError:  # not weak-referenceable: numbered at its first call
+            pass
+
     def _session_for(self, session, ordinal: int | None = None) -> _Session:
         sess = self._sessions.get(session)
         if sess is not None:
             return sess
-        path, data = _user_model(session)
-        sha = _sha256_file(path) if path and os.path.isfile(path) else hashlib.sha256(data or b"").hexdigest()
+        path, data = user_model(session)
+        sha = sha256_file(path) if path and os.path.isfile(path) else hashlib.sha256(data or b"").hexdigest()
         key = model_key(sha, path)
         if key not in self._models:
             self._models[key] = self._model_record(session, key, sha, path, data)
         if ordinal is None:
-            ordinal = max((r["ordinal"] for r in self._session_records), default=-1) + 1
+            ordinal = self._announced.pop(session, None)
+        if ordinal is None:
+            ordinal = self._next_ordinal
+        self._next_ordinal = max(self._next_ordinal, ordinal + 1)
         sess = _Session(ordinal, key)
         self._sessions[session] = sess
         backend = getattr(session, "backend_name", None) or "onnxruntime"
@@ -339,8 +265,8 @@ class CaptureWriter:
         rec = {"sha256": sha, "path": os.path.abspath(path) if path else None, "stored": stored,
                "size_bytes": os.path.getsize(path) if path and os.path.isfile(path) else len(data or b"")}
         try:
-            rec["inputs"] = _meta(session.get_inputs())
-            rec["outputs"] = _meta(session.get_outputs())
+            rec["inputs"] = tensor_meta(session.get_inputs())
+            rec["outputs"] = tensor_meta(session.get_outputs())
         except Exception:
             rec["inputs"], rec["outputs"] = [], []
         return rec
@@ -469,18 +395,3 @@ def start_capture(directory, *, max_bytes: int | str = DEFAULT_MAX_BYTES, max_ca
     writer = CaptureWriter(directory, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model,
                            store_models=store_models, metadata=metadata)
     return CaptureHandle(writer, add_run_observer(writer.observe))
-
-
-def _array_meta(name: str, arr: np.ndarray | None, key: str) -> dict:
-    if arr is None:
-        return {"name": name, "key": None, "kind": "non-tensor"}
-    return {"name": name, "key": key, "dtype": arr.dtype.str if arr.dtype.kind == "U" else str(arr.dtype),
-            "shape": list(arr.shape)}
-
-
-def _tool_versions() -> dict:
-    import onnxruntime
-
-    from onnxwrapper.kernel import __version__
-
-    return {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__}

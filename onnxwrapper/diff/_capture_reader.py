@@ -83,9 +83,9 @@ class ModelInfo:
             with open(self.stored, "rb") as f:
                 return f.read()
         if self.path and os.path.isfile(self.path):
-            from onnxwrapper.diff._capture import _sha256_file
+            from onnxwrapper.diff._capture_values import sha256_file
 
-            if _sha256_file(self.path) == self.sha256:
+            if sha256_file(self.path) == self.sha256:
                 return self.path
             raise FileNotFoundError(f"Model {self.key}: {self.path} changed since the capture "
                                     f"(sha256 differs); restore it or re-run the capture.")
@@ -95,7 +95,8 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """One ``InferenceSession`` (``ordinal`` = creation order of first use in the process)."""
+    """One ``InferenceSession``; ``ordinal`` numbers sessions from 1 in creation order (the numbers
+    ``aipc -v`` prints), or in order of first use when the creation was not observed."""
 
     ordinal: int
     model: str
@@ -110,7 +111,7 @@ class Call:
 
     Attributes:
         seq: completion order in the capture (0-based, dense).
-        session: session ordinal; index: call index within that session (0-based, counts calls
+        session: session ordinal (from 1); index: call index within that session (0-based, counts calls
             skipped by ``max_calls_per_model`` too, so indices match across captures).
         model: model key (``Capture.models[model]``).
         method: ``"run"``, ``"run_with_ort_values"`` or ``"run_with_iobinding"``.
@@ -227,7 +228,8 @@ def read_capture(directory) -> Capture:
                                 inputs=tuple(_spec(t) for t in rec.get("inputs") or ()),
                                 outputs=tuple(_spec(t) for t in rec.get("outputs") or ()),
                                 size_bytes=int(rec.get("size_bytes") or 0))
-    sessions = [SessionInfo(ordinal=s["ordinal"], model=s["model"], backend=s.get("backend", ""),
+    shift = 1 if int(header.get("version", 1)) < 2 else 0  # version 1 numbered sessions from 0
+    sessions = [SessionInfo(ordinal=s["ordinal"] + shift, model=s["model"], backend=s.get("backend", ""),
                             backend_options=dict(s.get("backend_options") or {}),
                             providers=tuple(s.get("providers") or ())) for s in header.get("sessions") or ()]
     by_ordinal = {s.ordinal: s for s in sessions}
@@ -240,9 +242,9 @@ def read_capture(directory) -> Capture:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue  # a line cut by a crash
-                sess = by_ordinal.get(rec["session"])
+                sess = by_ordinal.get(rec["session"] + shift)
                 calls.append(Call(
-                    capture_dir=directory, seq=rec["seq"], session=rec["session"], index=rec["index"],
+                    capture_dir=directory, seq=rec["seq"], session=rec["session"] + shift, index=rec["index"],
                     model=rec["model"], method=rec.get("method", "run"),
                     output_names=tuple(rec.get("output_names") or ()),
                     requested_output_names=(tuple(rec["requested_output_names"])

@@ -3,7 +3,7 @@
 Usage (internal; the orchestrator builds these command lines)::
 
     python -m onnxwrapper.diff._child --backend B --capture DIR [--backend-options JSON]
-        [--max-bytes N] [--max-calls-per-model N] -- script.py [args…]        # live: run the script
+        [--max-bytes N] [--max-calls-per-model N] [--no-capture] -- script.py [args…]   # live: run the script
     python -m onnxwrapper.diff._child ... -m module [args…]                   # live: run a module
     python -m onnxwrapper.diff._child ... --replay REF_CAPTURE_DIR [--only KEYS.json]   # replay inputs
     python -m onnxwrapper.diff._child ... --expose REQUEST.json                # localization round
@@ -59,23 +59,32 @@ def _check_backend(name: str, options: dict) -> tuple[str | None, str]:
 
 def _live(ns, options: dict) -> int:
     import aipc_loader
+    from aipc_loader import _patch
 
     from onnxwrapper.diff._capture import start_capture
 
     meta = {"mode": "live", "backend": ns.backend, "backend_options": options,
             "target": {"module": ns.module, "argv": list(ns.argv)}}
-    handle = start_capture(ns.capture, max_bytes=ns.max_bytes, max_calls_per_model=ns.max_calls_per_model,
-                           metadata=meta)
+    handle = None
+    undo = lambda: None  # noqa: E731
+    if not ns.no_capture:
+        handle = start_capture(ns.capture, max_bytes=ns.max_bytes, max_calls_per_model=ns.max_calls_per_model,
+                               metadata=meta)
+        # number sessions in creation order, as `aipc -v` does
+        undo = _patch.add_session_listener(handle.writer.announce_session)
     try:
         if ns.module:
             code = aipc_loader.run_module(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options)
         else:
             code = aipc_loader.run_script(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options)
     finally:
-        handle.stop()
+        undo()
+        if handle is not None:
+            handle.stop()
     code = int(code or 0)
     _write_status(ns.capture, "ok" if code == 0 else "script_failed", code,
-                  "" if code == 0 else f"the script exited with status {code}", calls=handle.writer.calls_recorded)
+                  "" if code == 0 else f"the script exited with status {code}",
+                  calls=handle.writer.calls_recorded if handle is not None else 0)
     return code
 
 
@@ -133,7 +142,7 @@ def _replay(ns, options: dict) -> int:
 
 
 def _expose(ns, options: dict) -> int:
-    from onnxwrapper.diff._localize import run_exposed
+    from onnxwrapper.diff._expose import run_exposed
 
     with open(ns.expose, encoding="utf-8") as f:
         request = json.load(f)
@@ -154,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend-options", default="{}", help="JSON object")
     p.add_argument("--max-bytes", type=int, default=None)
     p.add_argument("--max-calls-per-model", type=int, default=None)
+    p.add_argument("--no-capture", action="store_true", help="live mode: run the script without recording")
     p.add_argument("--replay", default=None, help="reference capture to replay")
     p.add_argument("--only", default=None, help="JSON file: [[session, index], …] of the calls to replay")
     p.add_argument("--expose", default=None, help="localization request JSON")

@@ -7,7 +7,12 @@ script, in replay mode the replayed calls carry the reference's keys. Per matche
    (each a failure of its own kind, no metrics);
 2. otherwise every metric of :func:`~onnxwrapper.diff._metrics.DEFAULT_METRICS` is computed and
    each threshold of the output's :class:`~onnxwrapper.diff.Tolerance` is checked: the NaN/Inf rule
-   gives kind ``nonfinite``, any other failed threshold kind ``tolerance``.
+   gives kind ``nonfinite``, any other failed threshold kind ``tolerance``. Top-k agreement is
+   computed for outputs the model graph marks as class scores, or whose values are probability
+   distributions (:mod:`onnxwrapper.diff._class_scores`).
+
+NaN/Inf in the *inputs* are counted per run, model and feed (``DiffResult.nonfinite_feeds``): the
+FP16 HTP maps NaN and ±Inf inputs to 131008, so a call fed them cannot agree with the reference.
 
 Call-sequence problems (a session running another model, calls present on one side only, inputs
 fed differently) are reported as *divergences* of that backend; in live mode they usually mean the
@@ -31,12 +36,14 @@ _MAX_FAILURES_KEPT = 1000
 _MAX_DIVERGENCE_LINES = 20
 
 
-def compare_arrays(y, r, tolerance: Tolerance | None = None) -> CallComparison:
+def compare_arrays(y, r, tolerance: Tolerance | None = None, *, class_scores: bool | None = None) -> CallComparison:
     """Compare one backend array ``y`` with the reference ``r``.
 
     Args:
         y, r: arrays (any shape/dtype; strings are compared for equality only).
         tolerance: defaults to ``Tolerance()`` (Polygraphy's fp32 default, atol = rtol = 1e-5).
+        class_scores: whether the output holds class scores (top-k agreement is reported only
+            then); ``None`` = when ``r``'s rows are probability distributions.
 
     Returns:
         A :class:`CallComparison` with empty backend/model/output fields (callers fill them in).
@@ -58,12 +65,14 @@ def compare_arrays(y, r, tolerance: Tolerance | None = None) -> CallComparison:
         if bad:
             res.kind, res.failed = "tolerance", [f"{bad} of {r.size} string element(s) differ"]
         return res
-    pair = ArrayPair(y, r)
+    pair = ArrayPair(y, r, class_scores)
     res.metrics = compute_metrics(pair, _metrics_for(tolerance))
+    # Polygraphy's "minimum required tolerance" (elementwise unless the check is a statistic), always
+    # reported: it is what --atol/--rtol alone would need
+    probe = AbsRelThreshold(0.0, 0.0, tolerance.check if tolerance.check != "none" else "elementwise",
+                            tolerance.quantile)
+    res.min_atol, res.min_rtol, _, _ = probe.min_tolerances(pair)
     for threshold in tolerance.thresholds():
-        if isinstance(threshold, AbsRelThreshold):
-            atol_alone, rtol_alone, _, _ = threshold.min_tolerances(pair)
-            res.min_atol, res.min_rtol = atol_alone, rtol_alone
         if not threshold.passed(pair):
             if res.kind == "pass":
                 res.kind = "nonfinite" if isinstance(threshold, NonFiniteThreshold) else "tolerance"
@@ -91,18 +100,29 @@ def diverging_inputs(reference: Capture, cap: Capture) -> list[tuple[int, int]]:
 
 def model_op_types(capture: Capture, key: str) -> set[str]:
     """Op types of the top-level graph of model ``key`` (empty when the model is not readable)."""
-    info = capture.models.get(key)
-    if info is None:
-        return set()
-    try:
-        import onnx
+    return _model_facts(capture, key, {})[0]
 
-        source = info.model_source()
-        proto = (onnx.load_model_from_string(source) if isinstance(source, bytes)
-                 else onnx.load(source, load_external_data=False))
-        return {n.op_type for n in proto.graph.node}
-    except Exception:  # unreadable or missing model: no quantization hint
-        return set()
+
+def _model_facts(capture: Capture, key: str, cache: dict) -> tuple[set, set | None]:
+    """``(op types, class-score output names or None when unreadable)`` of model ``key``."""
+    if (capture.path, key) in cache:
+        return cache[(capture.path, key)]
+    facts: tuple[set, set | None] = (set(), None)
+    info = capture.models.get(key)
+    if info is not None:
+        try:
+            import onnx
+
+            from onnxwrapper.diff._class_scores import class_score_outputs
+
+            source = info.model_source()
+            proto = (onnx.load_model_from_string(source) if isinstance(source, bytes)
+                     else onnx.load(source, load_external_data=False))
+            facts = ({n.op_type for n in proto.graph.node}, class_score_outputs(proto))
+        except Exception:  # unreadable or missing model: no quantization or class-score hint
+            pass
+    cache[(capture.path, key)] = facts
+    return facts
 
 
 def _severity(c: CallComparison) -> tuple:
@@ -143,7 +163,11 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
     ref_calls = reference.calls_by_key()
     total = len(ref_calls) * max(1, len(others))
     done = 0
-    ops_cache: dict[str, set] = {}
+    ops_cache: dict = {}
+    facts: dict = {}
+    feeds = _FeedCounter()
+    for call in reference.calls:
+        feeds.add(ref_backend, call)
     for name, cap in others.items():
         lines: list[str] = []
         summaries: dict[tuple[str, str], OutputSummary] = {}
@@ -166,6 +190,8 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
                                 f"complete or a capture is partial (size limit, max calls per model).")
         inputs_differ, replayed_keys = [], []
         r_calls = replayed[name].calls_by_key() if name in replayed else {}
+        for call in cap.calls:
+            feeds.add(name, call)
         for key in sorted(set(ref_calls) & set(b_calls)):
             rc, bc = ref_calls[key], b_calls[key]
             done += 1
@@ -179,10 +205,12 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
             ref_out = rc.outputs()
             b_out = bc.outputs()
             precision = _precision(cap, bc, reference, rc, ops_cache)
+            scores = _model_facts(reference, rc.model, facts)[1]
             for out_name, r_arr in ref_out.items():
                 tol = tolerances.for_output(rc.model, out_name, precision)
                 if out_name in b_out:
-                    comp = compare_arrays(b_out[out_name], r_arr, tol)
+                    comp = compare_arrays(b_out[out_name], r_arr, tol,
+                                          class_scores=True if scores and out_name in scores else None)
                 else:
                     comp = CallComparison(backend="", model="", output="", session=0, index=0, ref_seq=0, seq=None,
                                           kind="missing", detail=f"output '{out_name}' not returned",
@@ -200,6 +228,7 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
             result.compared_calls += 1
             if progress is not None:
                 progress(done, total)
+        result.inputs_differ[name] = list(inputs_differ)
         if inputs_differ:
             first = f"(first: session {inputs_differ[0][0]} call {inputs_differ[0][1]})"
             if len(replayed_keys) == len(inputs_differ):
@@ -215,6 +244,12 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
                              f"on the reference {first}.{advice}")
         result.outputs.extend(summaries.values())
         result.divergences[name] = lines[:_MAX_DIVERGENCE_LINES]
+    result.nonfinite_feeds = feeds.items()
+    for item in result.nonfinite_feeds:
+        result.notes.append(
+            f"{item['run']}: input '{item['feed']}' of {item['model']} holds NaN/Inf in {item['calls']} call(s) "
+            f"({item['nan']} NaN, {item['inf']} Inf; first: session {item['first'][0]} call {item['first'][1]}); "
+            f"the FP16 HTP maps NaN and ±Inf inputs to 131008, so these calls cannot agree with the reference.")
     for run_name, cap in [(ref_backend, reference), *others.items()]:
         if cap.header.get("errors"):
             result.notes.append(f"{run_name}: capture errors: {'; '.join(cap.header['errors'][:3])}")
@@ -247,6 +282,35 @@ def _check_sessions(reference: Capture, cap: Capture, label: str, lines: list, n
         lines.append(f"session {sess.ordinal} runs model {sess.model} on {label} but {ref.model} on "
                      f"the reference: the sessions were created or first used in a different order.")
     return hard
+
+
+class _FeedCounter:
+    """NaN/Inf counts of floating inputs per (run, model, feed)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple, dict] = {}
+
+    def add(self, run: str, call) -> None:
+        if not any((m.get("dtype") or "").startswith(("float", "bfloat")) for m in call.input_meta):
+            return
+        try:
+            arrays = call.inputs()
+        except (OSError, ValueError, KeyError):
+            return
+        for feed, arr in arrays.items():
+            if arr.dtype.kind != "f":
+                continue
+            nan, inf = int(np.count_nonzero(np.isnan(arr))), int(np.count_nonzero(np.isinf(arr)))
+            if nan or inf:
+                c = self._counts.setdefault((run, call.model, feed), {"run": run, "model": call.model, "feed": feed,
+                                                                      "calls": 0, "nan": 0, "inf": 0,
+                                                                      "first": [call.session, call.index]})
+                c["calls"] += 1
+                c["nan"] += nan
+                c["inf"] += inf
+
+    def items(self) -> list[dict]:
+        return list(self._counts.values())
 
 
 def _inputs_differ(rc, bc) -> bool:
@@ -293,7 +357,7 @@ def _accumulate(summaries: dict, comp: CallComparison, tol: Tolerance, precision
     s.min_atol = max(s.min_atol, comp.min_atol)
     s.min_rtol = max(s.min_rtol, comp.min_rtol)
     s.per_call.append((comp.session, comp.index, comp.metrics.get("max_abs_error"),
-                       comp.metrics.get("cosine_similarity"), comp.passed))
+                       comp.metrics.get("cosine_similarity"), comp.passed, comp.metrics.get("snr_db")))
     if not comp.passed:
         s.failed_calls += 1
         if s.kind == "pass" or FAILURE_KINDS.index(comp.kind) < FAILURE_KINDS.index(s.kind):

@@ -1,188 +1,148 @@
-"""Localization: the first node (topological order) whose output breaks tolerance on a backend.
+"""Localization: which node of a failing model is the cause, measured on the real backend.
 
 For one failing call of one model, intermediate tensors are exposed as extra graph outputs — in
 memory: the rewritten model is serialized to bytes and handed to ``InferenceSession``, no file is
 written next to the user's model — and the call's recorded inputs are run through the rewritten
 model on the reference backend and on the backend under test, each in its own child process
-(``python -m onnxwrapper.diff._child --expose``). Each exposed tensor is compared with the output's
-tolerance; the first failing one in graph order names the node.
+(``python -m onnxwrapper.diff._child --expose``). Each exposed tensor is judged by a
+scale-relative criterion — its SNR against the reference node's output must reach the SNR bar of
+the run's precision (:mod:`onnxwrapper.diff._localize_cause`) — and the cause is named:
+``overflow``, ``node`` (one node breaks), ``amplification`` or ``accumulation``.
 
 Strategy: when the candidate tensors (floating-point node outputs of the top-level graph) fit the
 budget (``max_tensors`` tensors and ``max_bytes`` bytes, estimated from shape inference with the
 call's input shapes) they are all exposed at once (``method="all"``). Otherwise the graph is
 bisected: each round exposes up to ``max_tensors`` evenly spaced candidates of the current window,
 and the window shrinks to the span between the last passing and the first failing sample. This
-assumes an error, once introduced, stays visible downstream (the usual case; a later node can mask
-it, e.g. a ReLU clipping a negative error).
+assumes an error, once introduced, stays visible downstream. Then the inputs of the first node
+below the bar are measured if they were not (one round), and that node is run **in isolation** —
+a one-node model fed, on both sides, the values the backend fed it — (one round), which tells a
+node that breaks from one that merely carries or amplifies upstream error.
 
 Caveats stated in the report: exposing tensors can change how a backend partitions and fuses the
 graph (Polygraphy warns the same for TensorRT) — on the QNN HTP simulator an exposed tensor is read
 out before FP16 saturation, so an overflow shows up at the *consumer* of the overflowing tensor.
-Therefore the reference values are also checked against the backend precision's range (|x| > 65504
-for FP16, IEEE 754 binary16 max): those nodes are reported as ``suspects``.
+Therefore the reference values are also checked against FP16's range (|x| > 65504) and the
+backend values for saturation; such a node is named as the overflow.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
+from onnxwrapper.diff._expose import Candidate, candidate_tensors, expose_tensors, load_model, run_exposed
+from onnxwrapper.diff._localize_cause import Graph, NodeVerdict, classify, isolated_model, pick_suspect
+from onnxwrapper.diff._metrics import FP16_MAX, ArrayPair, compute_metrics
 from onnxwrapper.diff._result import Localization
-from onnxwrapper.diff._tolerance import Tolerance
+from onnxwrapper.diff._tolerance import Tolerance, snr_bar_db
 
-__all__ = ["Candidate", "candidate_tensors", "expose_tensors", "run_exposed", "localize", "FP16_MAX"]
+__all__ = ["Candidate", "candidate_tensors", "expose_tensors", "run_exposed", "localize", "FP16_MAX", "node_bar"]
 
-#: largest finite IEEE 754 binary16 value.
-FP16_MAX = 65504.0
-_FLOAT_TYPES = {1, 10, 11, 16}  # FLOAT, FLOAT16, DOUBLE, BFLOAT16 (onnx.TensorProto enum)
-_RANGE = {"fp16": FP16_MAX}
+_KEEP = ("max_abs_error", "scaled_max_error", "cosine_similarity", "snr_db", "nonfinite_mismatch",
+         "fp16_saturated")
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """One exposable tensor: ``tensor`` produced by node number ``index`` (graph order)."""
-
-    index: int
-    tensor: str
-    node: str
-    op_type: str
-    est_bytes: int | None = None
+def node_bar(tolerance: Tolerance, precision: str) -> float:
+    """The SNR bar (dB) every exposed tensor must reach: the output tolerance's ``min_snr_db``
+    when it has one, else the default bar of ``precision`` (an absolute atol/rtol is never
+    applied to intermediates: their scale differs from the outputs')."""
+    return float(tolerance.min_snr_db) if tolerance.min_snr_db is not None else snr_bar_db(precision)
 
 
-def _load(source):
-    import onnx
-
-    if isinstance(source, bytes):
-        return onnx.load_model_from_string(source)
-    return onnx.load(source, load_external_data=True)
-
-
-def candidate_tensors(model, input_shapes: dict | None = None) -> list[Candidate]:
-    """Floating-point node outputs of the top-level graph, in graph (= topological) order.
-
-    Args:
-        model: ``onnx.ModelProto``.
-        input_shapes: ``{input name: shape tuple}`` used to make shape inference concrete for
-            byte estimates; optional.
-
-    Returns:
-        Candidates; tensors whose type cannot be inferred are included (``est_bytes=None``).
-    """
-    import onnx
-
-    types: dict[str, tuple[int, list]] = {}
-    try:
-        probe = onnx.ModelProto()
-        probe.CopyFrom(model)
-        for inp in probe.graph.input:
-            shape = (input_shapes or {}).get(inp.name)
-            if shape is not None and inp.type.HasField("tensor_type"):
-                dims = inp.type.tensor_type.shape.dim
-                if len(dims) == len(shape):
-                    for d, v in zip(dims, shape):
-                        d.ClearField("dim_param")
-                        d.dim_value = int(v)
-        inferred = onnx.shape_inference.infer_shapes(probe)
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-            tt = vi.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            types[vi.name] = (tt.elem_type, dims)
-    except Exception:  # inference is an optimisation of the budget only
-        types = {}
-    result = []
-    for i, node in enumerate(model.graph.node):
-        for out in node.output:
-            if not out:
-                continue
-            elem, dims = types.get(out, (0, None))
-            if elem and elem not in _FLOAT_TYPES:
-                continue
-            est = None
-            if dims is not None and all(d is not None for d in dims):
-                itemsize = 2 if elem in (10, 16) else 8 if elem == 11 else 4
-                est = int(np.prod(dims, dtype=np.int64)) * itemsize if dims else itemsize
-            result.append(Candidate(i, out, node.name or f"{node.op_type}_{i}", node.op_type, est))
-    return result
+def _judge(c: Candidate, r: np.ndarray, y: np.ndarray, bar: float) -> NodeVerdict:
+    finite = r[np.isfinite(r)] if r.dtype.kind == "f" else r
+    rmax = float(np.max(np.abs(finite))) if finite.size else 0.0
+    if r.shape != y.shape or r.dtype.kind not in "fiub":
+        metrics, passed, failed = {}, False, [f"shape/dtype {y.shape}/{y.dtype} vs {r.shape}/{r.dtype}"]
+    else:
+        metrics = compute_metrics(ArrayPair(y, r, False))
+        snr = metrics.get("snr_db", math.inf)
+        failed = [] if snr >= bar else [f"SNR {snr:.1f} dB < {bar:.1f} dB"]
+        if metrics.get("nonfinite_mismatch"):
+            failed.append(f"{int(metrics['nonfinite_mismatch'])} NaN/Inf mismatch(es)")
+        passed = not failed
+    return NodeVerdict(node=c.node, op_type=c.op_type, tensor=c.tensor, index=c.index, passed=passed,
+                       metrics={k: metrics[k] for k in _KEEP if k in metrics}, failed=failed,
+                       reference_max_abs=rmax, saturated=int(metrics.get("fp16_saturated", 0)))
 
 
-def expose_tensors(source, names: list[str]) -> bytes:
-    """The model with ``names`` appended as graph outputs, serialized in memory.
+class _Rounds:
+    """Runs expose rounds on both sides and keeps where each measured tensor's reference lives."""
 
-    Args:
-        source: model path (external data is loaded) or serialized bytes.
-        names: tensor names to expose; existing graph outputs are not duplicated.
+    def __init__(self, workdir, model_path, inputs_path, input_names, reference, reference_options, backend,
+                 backend_options, run_child, progress, loc) -> None:
+        self.workdir, self.model_path, self.inputs_path, self.input_names = workdir, model_path, inputs_path, input_names
+        self.sides = (("reference", reference, reference_options), ("backend", backend, backend_options))
+        self.run_child, self.progress, self.loc = run_child, progress, loc
+        self.files: dict[tuple[str, str], tuple[str, str]] = {}
 
-    Raises:
-        ValueError: the rewritten model would exceed protobuf's 2 GiB limit.
-    """
-    from onnx import helper
+    def run(self, names: list[str], model_path: str | None = None, inputs_path: str | None = None,
+            input_names: list | None = None, tag: str = "") -> tuple[dict, str | None]:
+        """``({side: {tensor: array}}, error)`` for one round exposing ``names``."""
+        self.loc.rounds += 1
+        rdir = os.path.join(self.workdir, f"round{self.loc.rounds}{tag}")
+        results: dict[str, dict] = {}
+        for side, name, opts in self.sides:
+            sdir = os.path.join(rdir, side)
+            os.makedirs(sdir, exist_ok=True)
+            req = {"model": model_path or self.model_path, "expose": names, "inputs": inputs_path or self.inputs_path,
+                   "input_names": input_names or self.input_names, "output": os.path.join(sdir, "exposed.npz")}
+            req_path = os.path.join(sdir, "request.json")
+            with open(req_path, "w", encoding="utf-8") as f:
+                json.dump(req, f)
+            if self.progress is not None:
+                self.progress(self.loc.rounds, f"{len(names)} tensors on {name}")
+            run = self.run_child(name, opts, sdir, req_path)
+            if not run.ok:
+                return {}, f"{side} '{name}' failed in round {self.loc.rounds}: {run.cause or run.message or run.status}"
+            with np.load(req["output"], allow_pickle=False) as npz:
+                results[side] = {n: npz[f"t{k}"] for k, n in enumerate(names) if f"t{k}" in npz}
+            if not tag:
+                for k, n in enumerate(names):
+                    self.files[(side, n)] = (req["output"], f"t{k}")
+        return results, None
 
-    model = _load(source)
-    present = {o.name for o in model.graph.output}
-    for name in names:
-        if name not in present:
-            model.graph.output.append(helper.make_empty_tensor_value_info(name))
-            present.add(name)
-    try:
-        return model.SerializeToString()
-    except ValueError as exc:
-        raise ValueError(f"the model with exposed tensors cannot be serialized in memory ({exc}); "
-                         f"models over 2 GiB cannot be localized this way.") from exc
-
-
-def run_exposed(request: dict, backend: str, options: dict) -> None:
-    """Child side of a round: run the rewritten model once and save the exposed tensors.
-
-    ``request``: ``{"model": path, "expose": [names], "inputs": npz path, "output": npz path}``;
-    the output .npz holds ``t<k>`` for ``expose[k]`` (tensors the backend could not return are absent).
-    """
-    from onnxwrapper import InferenceSession
-
-    data = expose_tensors(request["model"], request["expose"])
-    sess = InferenceSession(data, backend=backend, backend_options=options)
-    with np.load(request["inputs"], allow_pickle=False) as npz:
-        feeds = {name: npz[f"i{k}"] for k, name in enumerate(request["input_names"])}
-    outs = sess.run(list(request["expose"]), feeds)
-    arrays = {f"t{k}": np.asarray(v) for k, v in enumerate(outs) if isinstance(v, np.ndarray)}
-    tmp = request["output"] + ".tmp"
-    with open(tmp, "wb") as f:
-        np.savez(f, allow_pickle=False, **arrays)
-    os.replace(tmp, request["output"])
-
-
-def _compare(ref: np.ndarray, got: np.ndarray, tol: Tolerance):
-    from onnxwrapper.diff._compare import compare_arrays
-
-    return compare_arrays(got, ref, tol)
+    def value(self, tensor: str, side: str = "reference"):
+        """The saved value of an exposed ``tensor`` on ``side`` (``None`` when not measured)."""
+        path, key = self.files.get((side, tensor), (None, None))
+        if path is None:
+            return None
+        with np.load(path, allow_pickle=False) as npz:
+            return npz[key] if key in npz else None
 
 
 def localize(*, model_source, model_key: str, inputs: dict, backend: str, backend_options: dict,
              reference: str, reference_options: dict, tolerance: Tolerance, precision: str, workdir: str,
              run_child, call=(0, 0), failing_outputs=(), max_tensors: int = 256,
-             max_bytes: int = 512 * 1024 ** 2, max_rounds: int = 8, progress=None) -> Localization:
-    """Find the first divergent node of one model for one call (see module docstring).
+             max_bytes: int = 512 * 1024 ** 2, max_rounds: int = 8, isolate: bool = True,
+             progress=None) -> Localization:
+    """Name the cause of one model's failure for one call (see the module docstring).
 
     Args:
         model_source: the user's model (path or bytes), from the reference capture.
         model_key: the capture's model key (for the report). inputs: ``{name: array}`` of the call.
         backend / backend_options: the backend under test; reference / reference_options: the reference.
-        tolerance: applied to every exposed tensor. precision: preset name (selects the range check).
-        workdir: directory for round files (requests, inputs, exposed outputs).
+        tolerance: the failing output's tolerance (its ``min_snr_db``, else the precision's default
+            bar, applies to every exposed tensor: :func:`node_bar`). precision: preset name.
+        workdir: directory for round files (requests, inputs, exposed outputs, isolated models).
         run_child: ``run_child(backend, options, directory, request_path) -> BackendRun``.
         call: ``(session, index)`` of the call, for the report. failing_outputs: names of the failing
             graph outputs (to draw the chain). max_tensors / max_bytes: budget of one round.
+        isolate: run the suspect node alone on the inputs the backend fed it (one more round).
         progress: optional ``progress(round, description)``.
 
     Returns:
         A :class:`~onnxwrapper.diff.Localization`; ``error`` is set when a round failed to run.
     """
-    model = _load(model_source)
+    model = load_model(model_source)
     shapes = {k: tuple(v.shape) for k, v in inputs.items()}
     cands = candidate_tensors(model, shapes)
     loc = Localization(backend=backend, model=model_key, call=tuple(call))
+    loc.bar_db = bar = node_bar(tolerance, precision)
     os.makedirs(workdir, exist_ok=True)
     input_names = list(inputs)
     inputs_path = os.path.join(workdir, "inputs.npz")
@@ -193,74 +153,53 @@ def localize(*, model_source, model_key: str, inputs: dict, backend: str, backen
             f.write(model_source)
     else:
         model_path = os.path.abspath(os.fspath(model_source))
-    verdicts: dict[str, tuple] = {}  # tensor -> (passed, metrics, failed, ref max|x|)
+    rounds = _Rounds(workdir, model_path, inputs_path, input_names, reference, reference_options, backend,
+                     backend_options, run_child, progress, loc)
+    verdicts: dict[str, NodeVerdict] = {}
 
-    def run_round(subset: list[Candidate]) -> str | None:
-        loc.rounds += 1
-        names = [c.tensor for c in subset]
-        rdir = os.path.join(workdir, f"round{loc.rounds}")
-        results = {}
-        for side, name, opts in (("reference", reference, reference_options), ("backend", backend, backend_options)):
-            sdir = os.path.join(rdir, side)
-            os.makedirs(sdir, exist_ok=True)
-            req = {"model": model_path, "expose": names, "inputs": inputs_path, "input_names": input_names,
-                   "output": os.path.join(sdir, "exposed.npz")}
-            req_path = os.path.join(sdir, "request.json")
-            with open(req_path, "w", encoding="utf-8") as f:
-                json.dump(req, f)
-            if progress is not None:
-                progress(loc.rounds, f"{len(names)} tensors on {name}")
-            run = run_child(name, opts, sdir, req_path)
-            if not run.ok:
-                return f"{side} '{name}' failed in round {loc.rounds}: {run.message or run.status}"
-            with np.load(req["output"], allow_pickle=False) as npz:
-                results[side] = {n: npz[f"t{k}"] for k, n in enumerate(names) if f"t{k}" in npz}
+    def measure(subset: list[Candidate]) -> str | None:
+        results, error = rounds.run([c.tensor for c in subset])
         for c in subset:
-            r, y = results["reference"].get(c.tensor), results["backend"].get(c.tensor)
-            if r is None or y is None:
-                continue
-            comp = _compare(r, y, tolerance)
-            rmax = float(np.nanmax(np.abs(r[np.isfinite(r)]))) if np.isfinite(r).any() else 0.0
-            verdicts[c.tensor] = (comp.passed, comp.metrics, comp.failed, rmax)
+            r, y = results.get("reference", {}).get(c.tensor), results.get("backend", {}).get(c.tensor)
+            if r is not None and y is not None:
+                verdicts[c.tensor] = _judge(c, r, y, bar)
         loc.tensors_compared = len(verdicts)
-        return None
-
-    def first_failing(window: list[Candidate]):
-        for c in window:
-            v = verdicts.get(c.tensor)
-            if v is not None and not v[0]:
-                return c
-        return None
+        return error
 
     total_bytes = sum(c.est_bytes or 0 for c in cands)
     if len(cands) <= max_tensors and total_bytes <= max_bytes:
         loc.method = "all"
-        loc.error = run_round(cands) or ""
+        loc.error = measure(cands) or ""
     else:
         loc.method = "bisect"
-        window = cands
-        while not loc.error and loc.rounds < max_rounds:
-            sample = _sample(window, max_tensors, max_bytes)
-            loc.error = run_round(sample) or ""
-            bad = first_failing(sample)
-            if loc.error or len(sample) == len(window):
-                break
-            pos = {c.tensor: i for i, c in enumerate(window)}
-            if bad is None:
-                lo = pos[sample[-1].tensor] + 1
-                window = window[lo:]
-            else:
-                hi = pos[bad.tensor]
-                before = [c for c in sample if pos[c.tensor] < hi]
-                lo = pos[before[-1].tensor] + 1 if before else 0
-                window = window[lo:hi + 1]
-            if not window:
-                break
+        loc.error = _bisect(cands, verdicts, measure, max_tensors, max_bytes, max_rounds, loc) or ""
     if loc.error:
         loc.message = f"localization incomplete: {loc.error}"
         return loc
-    _finish(loc, model, cands, verdicts, precision, failing_outputs)
+    _finish(loc, model, cands, verdicts, precision, failing_outputs, bar, rounds, inputs, isolate)
     return loc
+
+
+def _bisect(cands, verdicts, measure, max_tensors, max_bytes, max_rounds, loc) -> str | None:
+    window = cands
+    while loc.rounds < max_rounds:
+        sample = _sample(window, max_tensors, max_bytes)
+        error = measure(sample)
+        if error:
+            return error
+        bad = next((c for c in sample if c.tensor in verdicts and not verdicts[c.tensor]["passed"]), None)
+        if len(sample) == len(window):
+            return None
+        pos = {c.tensor: i for i, c in enumerate(window)}
+        if bad is None:
+            window = window[pos[sample[-1].tensor] + 1:]
+        else:
+            hi = pos[bad.tensor]
+            before = [c for c in sample if pos[c.tensor] < hi]
+            window = window[(pos[before[-1].tensor] + 1 if before else 0):hi + 1]
+        if not window:
+            return None
+    return None
 
 
 def _sample(window: list[Candidate], max_tensors: int, max_bytes: int) -> list[Candidate]:
@@ -280,30 +219,135 @@ def _sample(window: list[Candidate], max_tensors: int, max_bytes: int) -> list[C
     return picked
 
 
-def _entry(c: Candidate, verdict) -> dict:
-    passed, metrics, failed, rmax = verdict
-    keep = ("max_abs_error", "max_rel_error", "cosine_similarity", "snr_db", "nonfinite_mismatch")
-    return {"node": c.node, "op_type": c.op_type, "tensor": c.tensor, "index": c.index, "passed": passed,
-            "metrics": {k: metrics[k] for k in keep if k in metrics}, "failed": list(failed),
-            "reference_max_abs": rmax}
+def _wrong_elements(y: np.ndarray, r: np.ndarray, pos=None) -> np.ndarray:
+    """Mask of elements (at flat positions ``pos``, default all) whose error is beyond FP16's
+    budget relative to the element, with a floor of one FP16 rounding of the tensor's peak:
+    ``|y − r| > 2⁻⁵·max(|r|, 2⁻¹¹·max|r|)`` (non-finite errors count)."""
+    finite = r[np.isfinite(r)]
+    floor = 2.0 ** -11 * float(np.max(np.abs(finite))) if finite.size else 0.0
+    yy = y.reshape(-1).astype(np.float64) if pos is None else y.flat[pos].astype(np.float64)
+    rr = r.reshape(-1).astype(np.float64) if pos is None else r.flat[pos].astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(yy - rr)
+        return ~np.isfinite(diff) | (diff > 2.0 ** -5 * np.maximum(np.abs(rr), floor))
 
 
-def _finish(loc: Localization, model, cands, verdicts, precision: str, failing_outputs) -> None:
-    by_tensor = {c.tensor: c for c in cands}
-    first = next((c for c in cands if c.tensor in verdicts and not verdicts[c.tensor][0]), None)
-    limit = _RANGE.get(precision)
-    if limit is not None:
-        for c in cands:
-            v = verdicts.get(c.tensor)
-            if v is not None and v[3] > limit:
-                loc.suspects.append({"node": c.node, "op_type": c.op_type, "tensor": c.tensor,
-                                     "max_abs": v[3], "limit": limit, "precision": precision})
-    if first is None:
-        loc.message = ("no exposed intermediate tensor breaks tolerance: the divergence appears only when the "
-                       "graph runs unmodified (exposing outputs changed how the backend compiled it).")
+def _isolate(loc, model, node, rounds: _Rounds, inputs: dict, workdir: str) -> tuple[float | None, int, int]:
+    """``(SNR, saturated values, wrong elements)`` of ``node`` run alone, on both sides, on the
+    values the backend fed it (the reference's where the backend's were not measured); ``(None, 0,
+    0)`` when it cannot be isolated or the run failed. Same inputs on both sides: only the node's
+    own error is left."""
+    arrays = {}
+    for name in node.input:
+        if name in inputs:
+            arrays[name] = inputs[name]
+        elif name:
+            v = rounds.value(name, "backend")
+            v = v if v is not None else rounds.value(name)
+            if v is not None:
+                arrays[name] = v
+    data = isolated_model(model, node, arrays)
+    if data is None:
+        return None, 0, 0
+    path = os.path.join(workdir, "isolated.onnx")
+    with open(path, "wb") as f:
+        f.write(data)
+    names = [n for n in node.input if n in arrays]
+    ipath = os.path.join(workdir, "isolated_inputs.npz")
+    np.savez(ipath, allow_pickle=False, **{f"i{k}": arrays[n] for k, n in enumerate(names)})
+    outs = [o for o in node.output if o]
+    results, error = rounds.run(outs, model_path=path, inputs_path=ipath, input_names=names, tag="-isolated")
+    if error:
+        loc.notes.append(f"isolation run failed: {error}")
+        return None, 0, 0
+    snrs, saturated, wrong = [], 0, 0
+    for o in outs:
+        r, y = results["reference"].get(o), results["backend"].get(o)
+        if r is not None and y is not None and r.shape == y.shape and r.dtype.kind == "f":
+            m = compute_metrics(ArrayPair(y, r, False))
+            snrs.append(m.get("snr_db", math.inf))
+            saturated += int(m.get("fp16_saturated", 0))
+            wrong += int(np.count_nonzero(_wrong_elements(y, r)))
+    return (min(snrs) if snrs else None), saturated, wrong
+
+
+def _trace_saturation(tensor: str, graph, rounds: _Rounds, limit: int = 32) -> list[dict]:
+    """Follow the saturated positions of ``tensor`` up through same-shaped inputs that are already
+    wrong there; ``[{node, op_type, tensor, backend, reference, input_backend, input_reference}]``
+    from the saturating tensor to the node where the wrong values start (the last entry)."""
+    y, r = rounds.value(tensor, "backend"), rounds.value(tensor)
+    if y is None or r is None or y.shape != r.shape:
+        return []
+    with np.errstate(invalid="ignore"):
+        pos = np.flatnonzero((np.abs(y) >= FP16_MAX) & np.isfinite(r) & (np.abs(r) < FP16_MAX))
+    if not pos.size:
+        return []
+    trace, current = [], tensor
+    while len(trace) < limit:
+        node = graph.nodes[current]
+        entry = {"node": node.name or node.op_type, "op_type": node.op_type, "tensor": current,
+                 "backend": float(y.flat[pos[0]]), "reference": float(r.flat[pos[0]])}
+        trace.append(entry)
+        nxt = None
+        for name in node.input:
+            yi, ri = rounds.value(name, "backend"), rounds.value(name)
+            if yi is None or ri is None or yi.shape != y.shape or ri.dtype.kind != "f":
+                continue
+            entry.update(input_backend=float(yi.flat[pos[0]]), input_reference=float(ri.flat[pos[0]]))
+            if np.any(_wrong_elements(yi, ri, pos)):
+                nxt = name
+                break
+        if nxt is None or nxt not in graph.nodes:
+            break
+        current, y, r = nxt, yi, ri
+    return trace
+
+
+def _measure_inputs(loc, node, by_tensor, verdicts, exact, rounds, bar) -> None:
+    """Expose the inputs of ``node`` that were not measured yet (bisection skipped them)."""
+    missing = [c for c in (by_tensor.get(n) for n in node.input if n and n not in exact)
+               if c is not None and c.tensor not in verdicts]
+    if not missing:
         return
-    loc.first = _entry(first, verdicts[first.tensor])
-    # the chain: nodes downstream of the first failing tensor that lead to a failing output
+    results, error = rounds.run([c.tensor for c in missing])
+    for c in missing:
+        r, y = results.get("reference", {}).get(c.tensor), results.get("backend", {}).get(c.tensor)
+        if r is not None and y is not None:
+            verdicts[c.tensor] = _judge(c, r, y, bar)
+    if error:
+        loc.notes.append(f"could not measure the inputs of '{node.name}': {error}")
+
+
+def _finish(loc, model, cands, verdicts, precision, failing_outputs, bar, rounds, inputs, isolate) -> None:
+    by_tensor = {c.tensor: c for c in cands}
+    graph = Graph(model, [c.tensor for c in cands], failing_outputs)
+    loc.suspects = [{"node": v["node"], "op_type": v["op_type"], "tensor": t, "max_abs": v["reference_max_abs"],
+                     "saturated": v.get("saturated", 0), "limit": FP16_MAX, "precision": precision}
+                    for t, v in ((t, verdicts[t]) for t in graph.order if t in verdicts)
+                    if precision == "fp16" and (v["reference_max_abs"] > FP16_MAX or v.get("saturated"))]
+    kind, suspect = pick_suspect(verdicts, graph, precision)
+    isolated, saturated, wrong, trace = None, 0, 0, []
+    if kind == "saturation":
+        trace = _trace_saturation(suspect, graph, rounds)
+        suspect = trace[-1]["tensor"] if trace else suspect
+    if kind in ("first", "saturation"):
+        node = graph.nodes[suspect]
+        _measure_inputs(loc, node, by_tensor, verdicts, graph.exact, rounds, bar)
+        if isolate:
+            isolated, saturated, wrong = _isolate(loc, model, node, rounds, inputs, rounds.workdir)
+            loc.isolated_snr_db = isolated
+    loc.cause, culprit, loc.message = classify(verdicts, graph, bar, precision, isolated, saturated + wrong, trace)
+    loc.culprit = dict(culprit) if culprit is not None else None
+    first = next((c for c in cands if c.tensor in verdicts and not verdicts[c.tensor]["passed"]), None)
+    loc.first = dict(verdicts[first.tensor]) if first is not None else None
+    loc.profile = [[verdicts[t]["node"], verdicts[t]["op_type"], verdicts[t]["metrics"].get("snr_db")]
+                   for t in graph.order if t in verdicts][:2000]
+    if first is not None:
+        _chain(loc, model, first, by_tensor, verdicts, failing_outputs)
+
+
+def _chain(loc, model, first, by_tensor, verdicts, failing_outputs) -> None:
+    """The nodes downstream of the first failing tensor that lead to a failing output."""
     consumers: dict[str, list[int]] = {}
     for i, node in enumerate(model.graph.node):
         for t in node.input:
@@ -316,7 +360,7 @@ def _finish(loc: Localization, model, cands, verdicts, precision: str, failing_o
                 down.add(i)
                 frontier.extend(o for o in model.graph.node[i].output if o)
     targets = set(failing_outputs) or {o.name for o in model.graph.output}
-    up, frontier = set(), [t for t in targets]
+    up, frontier = set(), list(targets)
     producer = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
     while frontier:
         t = frontier.pop()
@@ -327,18 +371,8 @@ def _finish(loc: Localization, model, cands, verdicts, precision: str, failing_o
     for i in sorted(down & up):
         node = model.graph.node[i]
         for out in node.output:
-            c = by_tensor.get(out)
-            if c is not None and out in verdicts:
-                loc.chain.append(_entry(c, verdicts[out]))
-            elif c is None and out:
+            if out in verdicts:
+                loc.chain.append(dict(verdicts[out]))
+            elif out and by_tensor.get(out) is None:
                 loc.chain.append({"node": node.name or f"{node.op_type}_{i}", "op_type": node.op_type,
                                   "tensor": out, "index": i, "passed": None, "metrics": {}, "failed": []})
-    m = loc.first["metrics"]
-    loc.message = (f"first divergent node: '{first.node}' ({first.op_type}), output '{first.tensor}': "
-                   f"max |Δ| {m.get('max_abs_error', float('nan')):.3g}, cosine "
-                   f"{m.get('cosine_similarity', float('nan')):.6f}; failed {', '.join(loc.first['failed'])}.")
-    if loc.suspects:
-        s = loc.suspects[0]
-        loc.message += (f" Suspect: '{s['node']}' ({s['op_type']}) produces |x| up to {s['max_abs']:.4g} on the "
-                        f"reference, beyond the {precision.upper()} range (±{s['limit']:g}): an overflow there "
-                        f"reaches '{first.node}'.")

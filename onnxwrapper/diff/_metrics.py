@@ -3,7 +3,7 @@
 Every metric is an object with ``name``, ``unit``, ``higher_is_better`` and ``__call__(y, r) ->
 float``; :class:`ArrayPair` holds the shared intermediate arrays so that computing all metrics of
 one output costs one pass. Definitions (r = reference, y = backend output, flattened, computed in
-float64; sources in research notes peers.md §1 and §7):
+float64; sources: Polygraphy `comparator/compare.py`, ONNX Runtime `qdq_loss_debug`, qai-hub-models `compare.py`):
 
 * absolute error ``|y − r|``; max / mean / median / p-quantile of it.
 * relative error ``|y − r| / |r|`` with zeros of ``r`` replaced by 2.22e-16, relative **to the
@@ -17,9 +17,15 @@ float64; sources in research notes peers.md §1 and §7):
   finite, or both are non-finite but differ (NaN vs Inf, +Inf vs −Inf). Positions where both sides
   hold the same non-finite value count as equal (error 0); other non-finite positions are left out of
   every error statistic above and are reported through ``nonfinite_mismatch`` instead.
-* top-k agreement for class-score-like outputs (see :func:`looks_like_class_scores`): top-1 =
-  fraction of rows whose argmax agrees; top-5 = mean overlap of the top-5 index sets (AI Hub
-  ``top5``).
+* scaled max error ``max|y − r| / max|r|``: the largest error as a fraction of the output's own
+  peak (scale-relative; ``inf`` when the reference is all zeros and the backend is not).
+* FP16 saturation: elements where the backend holds ``|y| ≥ 65504`` (the largest IEEE 754 binary16
+  value; the QNN HTP simulator saturates at 131008) while the reference is finite and within that
+  range — the signature of an FP16 overflow.
+* mismatched elements of integer and bool outputs (``y != r``), for masks, indices and counts.
+* top-k agreement, only for outputs that hold class scores (see :func:`looks_like_class_scores`):
+  top-1 = fraction of rows whose argmax agrees; top-5 = mean overlap of the top-5 index sets (AI
+  Hub ``top5``).
 """
 
 from __future__ import annotations
@@ -29,16 +35,19 @@ from functools import cached_property
 
 import numpy as np
 
+from onnxwrapper.diff._class_scores import looks_like_class_scores, looks_like_probabilities
+
 __all__ = [
     "REL_EPSILON", "ArrayPair", "Metric", "MaxAbsError", "MeanAbsError", "MedianAbsError", "QuantileAbsError",
-    "MaxRelError", "CosineSimilarity", "SNR", "PSNR", "NanCount", "InfCount", "NonFiniteMismatch",
-    "TopKAgreement", "looks_like_class_scores", "DEFAULT_METRICS", "compute_metrics",
+    "MaxRelError", "ScaledMaxError", "CosineSimilarity", "SNR", "PSNR", "NanCount", "InfCount",
+    "NonFiniteMismatch", "Fp16Saturated", "MismatchedElements", "TopKAgreement", "looks_like_class_scores",
+    "looks_like_probabilities", "DEFAULT_METRICS", "compute_metrics", "FP16_MAX",
 ]
 
 #: replaces zeros of |r| in the relative error (float64 machine epsilon, as Polygraphy).
 REL_EPSILON = 2.22e-16
-#: at most this many rows (product of all dims but the last) for an output to count as class scores.
-MAX_CLASS_ROWS = 4096
+#: largest finite IEEE 754 binary16 value.
+FP16_MAX = 65504.0
 
 
 class ArrayPair:
@@ -47,16 +56,19 @@ class ArrayPair:
     Args:
         y: backend output, any real numeric dtype (bool is compared as 0/1).
         r: reference output, same shape as ``y``.
+        class_scores: whether the output holds class scores (top-k agreement is computed only
+            then); ``None`` = decide from the values (:func:`looks_like_probabilities`).
 
     Raises:
         ValueError: shapes differ (a shape mismatch is reported before metrics are computed).
     """
 
-    def __init__(self, y, r) -> None:
+    def __init__(self, y, r, class_scores: bool | None = None) -> None:
         y, r = np.asarray(y), np.asarray(r)
         if y.shape != r.shape:
             raise ValueError(f"shape mismatch: {y.shape} vs reference {r.shape}")
         self.shape = r.shape
+        self.class_scores = class_scores
         self.y = y.astype(np.float64, copy=False).ravel()
         self.r = r.astype(np.float64, copy=False).ravel()
         self.y_orig = y
@@ -206,6 +218,20 @@ class MaxRelError(Metric):
         return pair.stat(pair.reldiff, "max")
 
 
+class ScaledMaxError(Metric):
+    """``max|y − r| / max|r|``: the largest error as a fraction of the output's peak (0 when equal;
+    ``inf`` when the reference is all zeros and the backend is not)."""
+
+    name = "scaled_max_error"
+
+    def compute(self, pair: ArrayPair) -> float:
+        err = pair.stat(pair.absdiff, "max")
+        peak = float(pair.absref.max()) if pair.absref.size else 0.0
+        if err == 0.0:
+            return 0.0
+        return err / peak if peak > 0.0 else math.inf
+
+
 class CosineSimilarity(Metric):
     """``⟨y, r⟩ / (‖y‖‖r‖)`` over comparable elements; both norms 0 → 1.0, one norm 0 → 0.0."""
 
@@ -290,19 +316,33 @@ class NonFiniteMismatch(Metric):
         return float(pair.nonfinite_mismatch)
 
 
-def looks_like_class_scores(shape, dtype) -> bool:
-    """True for floating outputs of rank 1–3 whose last axis (≥ 2 entries) can be class scores and
-    whose other axes hold at most :data:`MAX_CLASS_ROWS` rows (``[N, C]`` logits, ``[N, T, C]``
-    sequence scores); images and feature maps (rank 4+, many rows) are excluded."""
-    shape = tuple(shape)
-    if np.dtype(dtype).kind != "f" or not 1 <= len(shape) <= 3 or shape[-1] < 2:
-        return False
-    rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-    return rows <= MAX_CLASS_ROWS
+class Fp16Saturated(Metric):
+    """Elements where the backend holds ``|y| ≥ 65504`` (FP16's largest value; the QNN HTP
+    simulator saturates at 131008) while the reference is finite and ``|r| < 65504``."""
+
+    name = "fp16_saturated"
+
+    def compute(self, pair: ArrayPair) -> float:
+        with np.errstate(invalid="ignore"):
+            hit = (np.abs(pair.y) >= FP16_MAX) & np.isfinite(pair.r) & (np.abs(pair.r) < FP16_MAX)
+        return float(np.count_nonzero(hit))
+
+
+class MismatchedElements(Metric):
+    """Elements that differ (``y != r``); computed for integer and bool outputs only (``nan`` for
+    floating outputs, whose differences the error statistics describe)."""
+
+    name = "mismatched_elements"
+
+    def compute(self, pair: ArrayPair) -> float:
+        if pair.r_orig.dtype.kind not in "iub":
+            return math.nan
+        return float(np.count_nonzero(pair.y != pair.r))
 
 
 class TopKAgreement(Metric):
-    """Top-k agreement along the last axis; ``nan`` when the output is not class-score-like.
+    """Top-k agreement along the last axis; ``nan`` (not reported) unless the output holds class
+    scores (``pair.class_scores``, or probabilities by value when that is ``None``).
 
     k = 1: fraction of rows whose argmax agrees. k > 1: mean ``|topk(y) ∩ topk(r)| / k``.
     """
@@ -320,6 +360,9 @@ class TopKAgreement(Metric):
         shape = pair.shape
         if not looks_like_class_scores(shape, pair.r_orig.dtype) or shape[-1] < self.k:
             return math.nan
+        scores = pair.class_scores if pair.class_scores is not None else looks_like_probabilities(pair.r_orig)
+        if not scores:
+            return math.nan
         y = np.nan_to_num(pair.y.reshape(-1, shape[-1]), nan=-np.inf)
         r = np.nan_to_num(pair.r.reshape(-1, shape[-1]), nan=-np.inf)
         if y.shape[0] == 0:
@@ -335,17 +378,22 @@ class TopKAgreement(Metric):
 def DEFAULT_METRICS(quantile: float = 0.99) -> list[Metric]:  # noqa: N802 - factory reads as a constant
     """The metrics computed for every compared output, in report order."""
     return [MaxAbsError(), MeanAbsError(), MedianAbsError(), QuantileAbsError(quantile), MaxRelError(),
-            CosineSimilarity(), SNR(), PSNR(), NanCount("backend"), InfCount("backend"), NanCount("reference"),
-            InfCount("reference"), NonFiniteMismatch(), TopKAgreement(1), TopKAgreement(5)]
+            ScaledMaxError(), CosineSimilarity(), SNR(), PSNR(), NanCount("backend"), InfCount("backend"),
+            NanCount("reference"), InfCount("reference"), NonFiniteMismatch(), Fp16Saturated(),
+            MismatchedElements(), TopKAgreement(1), TopKAgreement(5)]
+
+
+_OPTIONAL = ("top1_agreement", "top5_agreement", "mismatched_elements")
 
 
 def compute_metrics(pair: ArrayPair, metrics=None) -> dict[str, float]:
-    """``{metric.name: value}`` for ``metrics`` (default :func:`DEFAULT_METRICS`); top-k metrics
-    that do not apply (``nan``) are left out."""
+    """``{metric.name: value}`` for ``metrics`` (default :func:`DEFAULT_METRICS`); metrics that do
+    not apply to this output (top-k on a non-class-score output, mismatched elements of a floating
+    output: ``nan``) are left out."""
     out = {}
     for metric in metrics if metrics is not None else DEFAULT_METRICS():
         value = metric.compute(pair)
-        if metric.name.startswith("top") and isinstance(value, float) and math.isnan(value):
+        if metric.name in _OPTIONAL and isinstance(value, float) and math.isnan(value):
             continue
         out[metric.name] = value
     return out

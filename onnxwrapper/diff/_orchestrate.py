@@ -7,12 +7,23 @@ return code. A negative return code is a signal (POSIX; on Windows an NTSTATUS c
 0xC0000005): the run is reported as ``crashed`` with the signal's name, and the calls it recorded
 before dying stay usable. Children run in their own
 process group so a timeout can stop the script and whatever it started.
+
+Every run that did not end normally gets a one-line ``cause`` for the report: the signal and the
+script's Python frame at the crash, the exception (type and message, from the traceback the
+script printed) and the script line it came from, the exit status, or the time limit.
+
+Files the script writes and the user names (``aipc diff --compare-output FILE``) are copied after
+each run into ``<run dir>/files/`` when the run (re)wrote them (their size or modification time
+changed), so every backend's version can be compared; a file the run did not write is recorded
+as ``None``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,9 +32,10 @@ from dataclasses import dataclass, field
 
 from onnxwrapper.diff._result import BackendRun
 
-__all__ = ["Target", "run_child", "read_status", "crash_name"]
+__all__ = ["Target", "run_child", "read_status", "crash_name", "exception_cause"]
 
 _TAIL_LINES = 6
+_CAUSE_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -104,11 +116,74 @@ def crash_name(returncode: int | None) -> str | None:
     return None
 
 
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _CAUSE_CHARS else text[:_CAUSE_CHARS - 1] + "…"
+
+
+def exception_cause(stderr_text: str, script: str | None = None) -> str | None:
+    """One line for the last Python traceback in ``stderr_text``: ``"Type: message (in
+    script.py line N)"`` naming the script's innermost frame when ``script`` (its path) appears in
+    the traceback, else the innermost frame; ``None`` when there is no traceback."""
+    lines = stderr_text.splitlines()
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    frames, exc = [], None
+    for ln in lines[starts[-1] + 1:]:
+        m = re.match(r'\s+File "([^"]+)", line (\d+)', ln)
+        if m:
+            frames.append((m.group(1), m.group(2)))
+        elif ln and not ln[0].isspace():
+            exc = ln.strip()
+            break
+    if exc is None:
+        return None
+    base = os.path.basename(script) if script else None
+    own = [f for f in frames if base and os.path.basename(f[0]) == base]
+    where = own[-1] if own else (frames[-1] if frames else None)
+    return _short(exc) + (f" (in {os.path.basename(where[0])} line {where[1]})" if where else "")
+
+
+def _crash_cause(signal_name: str, stack: str) -> str:
+    first = stack.splitlines()[0].strip() if stack else ""
+    m = re.match(r'File "([^"]+)", line (\d+) in (\S+)', first)
+    return f"killed by {signal_name}" + (f" in {os.path.basename(m.group(1))} line {m.group(2)} ({m.group(3)})"
+                                           if m else "")
+
+
+def _file_state(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _collect_files(files, cwd: str | None, directory: str, before: dict) -> dict:
+    """Copy the named files the run (re)wrote into ``<directory>/files/``; ``{name: copy or None}``."""
+    result = {}
+    for k, name in enumerate(files):
+        path = os.path.join(cwd or os.getcwd(), name)
+        state = _file_state(path)
+        if state is None or state == before.get(name):
+            result[name] = None
+            continue
+        rel = os.path.join("files", f"{k}-{os.path.basename(name) or 'file'}")
+        os.makedirs(os.path.join(directory, "files"), exist_ok=True)
+        try:
+            shutil.copyfile(path, os.path.join(directory, rel))
+            result[name] = rel
+        except OSError:
+            result[name] = None
+    return result
+
+
 def run_child(backend: str, options: dict | None, directory: str, *, target: Target | None = None,
               replay: str | None = None, only: str | None = None, expose: str | None = None,
               timeout: float | None = None,
               max_bytes: int | None = None, max_calls_per_model: int | None = None,
-              env: dict | None = None, echo=None) -> BackendRun:
+              env: dict | None = None, echo=None, files=(), capture: bool = True) -> BackendRun:
     """Run one backend in a child process and describe how it went.
 
     Args:
@@ -122,6 +197,10 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         env: extra environment variables of the child (added to this process's environment; in
             live mode ``target.env`` is added too).
         echo: optional callable receiving the child's stdout text after it ends.
+        files: paths (relative to the target's working directory) of files the script writes,
+            copied into ``directory/files/`` when this run wrote them (module docstring).
+        capture: record the run calls (live mode); ``False`` runs the script only (for a second
+            run of the reference that tells volatile printed numbers apart).
 
     Returns:
         A :class:`~onnxwrapper.diff.BackendRun`; never raises for a failing child.
@@ -134,6 +213,8 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         cmd += ["--max-bytes", str(int(max_bytes))]
     if max_calls_per_model is not None:
         cmd += ["--max-calls-per-model", str(int(max_calls_per_model))]
+    if not capture:
+        cmd += ["--no-capture"]
     if expose:
         cmd += ["--expose", expose]
     elif replay:
@@ -146,6 +227,8 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     out_path, err_path = os.path.join(directory, "stdout.txt"), os.path.join(directory, "stderr.txt")
     run = BackendRun(backend=backend, options=options, capture_dir=directory, stdout=out_path, stderr=err_path)
+    cwd = target.cwd if target else None
+    before = {name: _file_state(os.path.join(cwd or os.getcwd(), name)) for name in files}
     start = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
@@ -162,6 +245,7 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
             run.seconds = time.perf_counter() - start
             run.status, run.returncode = "timeout", proc.returncode
             run.message = f"timed out after {timeout:g} s; the run was stopped"
+            run.cause = f"timed out after {timeout:g} s"
             _finish_calls(run)
             return run
         except KeyboardInterrupt:
@@ -170,6 +254,8 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
     run.seconds = time.perf_counter() - start
     status = read_status(directory)
     _finish_calls(run)
+    if files:
+        run.files = _collect_files(files, cwd, directory, before)
     if echo is not None:
         try:
             with open(out_path, encoding="utf-8", errors="replace") as f:
@@ -185,10 +271,13 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         stack = _crash_stack(err_path)
         if stack:
             run.message += f"\nPython stack at the crash (innermost first):\n{stack}"
+        run.cause = _crash_cause(run.signal, stack)
         return run
     if status is None:
         run.status = "error"
         run.message = f"the child process ended (exit {run.returncode}) without a status: {_tail(err_path)}"
+        run.cause = _short(f"the child process ended (exit {run.returncode}) without a status: "
+                           f"{_tail(err_path, 1)}")
         return run
     run.status = status.get("status", "error")
     if run.status != "ok":
@@ -196,7 +285,27 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         run.message = status.get("message") or f"exit status {run.returncode}"
         if tail and run.status in ("script_failed", "error"):
             run.message += f"\n{tail}"
+        run.cause = _failure_cause(run, status, err_path, target)
     return run
+
+
+def _failure_cause(run: BackendRun, status: dict, err_path: str, target: Target | None) -> str:
+    """The one-line cause of a run that ended without a crash (see the module docstring)."""
+    if run.status == "script_failed":
+        try:
+            with open(err_path, encoding="utf-8", errors="replace") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 65536))
+                text = f.read()
+        except OSError:
+            text = ""
+        cause = exception_cause(text, target.argv[0] if target and not target.module else None)
+        if cause is not None:
+            run.exception = True
+            return cause
+        last = _tail(err_path, 1)
+        return _short(f"exited with status {run.returncode}" + (f": {last}" if last else ""))
+    return _short((status.get("message") or run.status).splitlines()[0])
 
 
 def _finish_calls(run: BackendRun) -> None:

@@ -90,21 +90,25 @@ def scatter_reference_backend(y: np.ndarray, r: np.ndarray, title: str = "") -> 
     return _png(fig)
 
 
-def error_per_call(per_call: list, title: str = "") -> str:
-    """Max absolute error (log scale) and cosine similarity per call, in call order; failing calls
-    in red. ``per_call`` rows: ``(session, index, max_abs_error, cosine, passed)``."""
+def error_per_call(per_call: list, title: str = "", bar: float | None = None) -> str:
+    """SNR (dB) per call, in call order, with the bar as a dashed line; failing calls in red
+    (identical outputs, +inf dB, are drawn at the top). ``per_call`` rows:
+    ``(session, index, max_abs_error, cosine, passed, snr_db)``."""
     fig = _figure(6.0, 3.0)
     ax = fig.add_subplot(1, 1, 1)
     xs = np.arange(len(per_call))
-    err = np.array([p[2] if p[2] is not None else np.nan for p in per_call], dtype=float)
-    cos = np.array([p[3] if p[3] is not None else np.nan for p in per_call], dtype=float)
+    snr = np.array([p[5] if len(p) > 5 and p[5] is not None else np.nan for p in per_call], dtype=float)
     passed = np.array([bool(p[4]) for p in per_call])
-    pos = np.where(err > 0, err, np.nan)
-    ax.plot(xs, pos, color="#7f8c8d", linewidth=0.8)
-    ax.scatter(xs[passed], pos[passed], s=10, color="#27ae60", label="pass")
-    ax.scatter(xs[~passed], pos[~passed], s=14, color="#c0392b", label="fail")
-    if np.isfinite(pos).any():
-        ax.set_yscale("log")
+    finite = snr[np.isfinite(snr)]
+    top = float(finite.max()) + 5.0 if finite.size else (bar or 0.0) + 20.0
+    if bar is not None:
+        top = max(top, bar + 10.0)
+    shown = np.where(np.isposinf(snr), top, snr)
+    ax.plot(xs, shown, color="#7f8c8d", linewidth=0.8)
+    ax.scatter(xs[passed], shown[passed], s=10, color="#27ae60", label="pass")
+    ax.scatter(xs[~passed], shown[~passed], s=14, color="#c0392b", label="fail")
+    if bar is not None:
+        ax.axhline(bar, color="#c0392b", linewidth=0.8, linestyle="--", label=f"bar {bar:.1f} dB")
     from matplotlib.ticker import MaxNLocator
 
     if len(per_call) <= 12:
@@ -113,15 +117,7 @@ def error_per_call(per_call: list, title: str = "") -> str:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlim(-0.5, max(len(per_call) - 0.5, 0.5))
     ax.set_xlabel("call (in order)")
-    ax.set_ylabel("max |Δ|")
-    ax2 = ax.twinx()
-    ax2.plot(xs, cos, color="#2980b9", linewidth=0.8, linestyle="--", marker="x", markersize=4)
-    ax2.set_ylabel("cosine", color="#2980b9")
-    ax2.ticklabel_format(axis="y", useOffset=False, style="plain")
-    finite = cos[np.isfinite(cos)]
-    if finite.size:
-        low = float(min(finite.min(), 0.999))
-        ax2.set_ylim(low - (1.0 - low) * 0.05, 1.0 + (1.0 - low) * 0.05)
-    ax.set_title(title or "error per call", fontsize=9)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.set_ylabel("SNR dB")
+    ax.set_title(title or "SNR per call", fontsize=9)
+    ax.legend(loc="lower left", fontsize=7)
     return _png(fig)

@@ -3,14 +3,25 @@
 Everything here is plain data with ``to_dict()``; the report modules render it and
 :attr:`DiffResult.exit_status` is the CLI contract:
 
+Two levels are judged (:attr:`DiffResult.state`):
+
+* the **tensor level** — every output of every call against the reference's;
+* the **app level** — the script's own observable result (stdout, exit status, named files;
+  :mod:`onnxwrapper.diff._app_output`).
+
 ====  ==================================================================================
-0     every compared output of every call is within tolerance on every backend
-1     accuracy mismatch: an output failed (tolerance, NaN/Inf, shape, dtype, missing) or the
-      call sequences of a backend diverge from the reference's (live mode)
-2     a backend (or the reference) failed to run, crashed, timed out or was unavailable, or
-      nothing at all was compared; takes precedence over 1 (the verdict is incomplete)
+0     ``pass``: every compared output is within tolerance and the app output is identical
+      (or not compared: replay mode, ``--compare-output none``)
+1     ``tensor_mismatch`` (an output failed — tolerance, NaN/Inf, shape, dtype, missing — or
+      the call sequences diverge), ``app_mismatch`` (stdout, exit status or a named file
+      differs) or ``app_and_tensor_mismatch``
+2     ``incomplete``: a run crashed (signal), raised an exception, timed out, was unavailable
+      or could not start, or nothing at all was compared; takes precedence over 1
 64    usage error (set by the command line, never by this module)
 ====  ==================================================================================
+
+A script that ends with a non-zero exit status without an exception (``sys.exit(3)``) completed:
+its exit status is part of its app-level result.
 """
 
 from __future__ import annotations
@@ -18,13 +29,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_USAGE", "BackendRun", "CallComparison",
-           "OutputSummary", "Localization", "DiffResult", "DiffAssertionError"]
+__all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "BackendRun", "CallComparison",
+           "OutputSummary", "Localization", "AppComparison", "DiffResult", "DiffAssertionError"]
 
 EXIT_OK, EXIT_MISMATCH, EXIT_BACKEND_FAILED, EXIT_USAGE = 0, 1, 2, 64
 
 #: failure kinds, most severe first (a call's kind is the first that applies).
 FAILURE_KINDS = ("missing", "shape", "dtype", "nonfinite", "tolerance")
+#: verdict states and their exit statuses (module docstring).
+STATES = {"pass": EXIT_OK, "tensor_mismatch": EXIT_MISMATCH, "app_mismatch": EXIT_MISMATCH,
+          "app_and_tensor_mismatch": EXIT_MISMATCH, "incomplete": EXIT_BACKEND_FAILED}
 
 
 @dataclass
@@ -43,6 +57,12 @@ class BackendRun:
         calls: number of calls recorded.
         replay_of: for an automatic partial replay (live mode), the label of the live run whose
             calls it re-ran on the reference's inputs; ``None`` otherwise.
+        rerun_of: for the reference's second run (no recording; it tells volatile printed numbers
+            such as timings apart), the reference's label; ``None`` otherwise.
+        cause: one line saying why a run did not end normally (signal and script line, exception,
+            exit status, time limit); empty for a normal run.
+        exception: the script raised (the run is incomplete), as opposed to exiting with a status.
+        files: ``{file name: copy inside the run directory, or None when this run did not write it}``.
     """
 
     backend: str
@@ -58,11 +78,21 @@ class BackendRun:
     stderr: str | None = None
     calls: int = 0
     replay_of: str | None = None
+    rerun_of: str | None = None
+    cause: str = ""
+    exception: bool = False
+    files: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """True when the run completed normally."""
+        """True when the run ended with exit status 0."""
         return self.status == "ok"
+
+    @property
+    def complete(self) -> bool:
+        """True when the script ran to its end: exit status 0, or another exit status without an
+        exception (its exit status is then part of its result)."""
+        return self.ok or (self.status == "script_failed" and not self.exception)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -118,7 +148,8 @@ class OutputSummary:
         kind: ``"pass"`` or the most severe failure kind seen. tolerance: the
             :class:`~onnxwrapper.diff.Tolerance` used. precision: preset name it came from.
         min_atol / min_rtol: largest over calls (what would have passed every call).
-        per_call: ``[(index, max_abs_error, cosine_similarity, passed)]`` in call order (plots).
+        per_call: ``[(session, index, max_abs_error, cosine_similarity, passed, snr_db)]`` in call
+            order (plots).
     """
 
     backend: str
@@ -148,33 +179,75 @@ class OutputSummary:
 
 
 @dataclass
+class AppComparison:
+    """The app-level comparison of one backend's run with the reference's.
+
+    Attributes:
+        backend: the run label; reference: the reference's label.
+        status: ``"identical"``, ``"differs"`` or ``"not_compared"`` (``reason`` says why).
+        items: :class:`~onnxwrapper.diff._app_output.OutputItem` per compared observable.
+        rtol: relative tolerance of printed numbers. filter: the ``--output-filter`` regex or None.
+        explanation: for ``differs``, the first model/call whose tensors explain the difference
+            (or why none does).
+    """
+
+    backend: str
+    reference: str
+    status: str = "not_compared"
+    items: list = field(default_factory=list)
+    rtol: float = 0.0
+    filter: str | None = None
+    reason: str = ""
+    explanation: str = ""
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["items"] = [i.to_dict() for i in self.items]
+        return d
+
+
+@dataclass
 class Localization:
-    """Where a failing model first diverges (``--localize``).
+    """Which node of a failing model is the cause (``--localize``; :mod:`onnxwrapper.diff._localize`).
 
     Attributes:
         backend, model: what was localized. call: ``(session, index)`` of the call used.
         method: ``"all"`` (every candidate tensor exposed at once) or ``"bisect"``.
-        first: the first node in topological order whose output breaks tolerance, as
-            ``{"node", "op_type", "tensor", "metrics", "failed", "index"}``, or ``None``.
-        chain: the nodes after it on the way to the failing outputs, each as ``first``'s dict with
-            ``"passed"``.
-        suspects: nodes whose reference output leaves the backend precision's range (e.g. |x| >
-            65504 for FP16): ``{"node", "op_type", "tensor", "max_abs", "limit"}``.
-        rounds: number of expose-and-run rounds. tensors_compared: how many tensors were compared.
-        message: a sentence for the report; error: why localization failed, if it did.
+        cause: ``"overflow"`` (FP16 range), ``"node"`` (one node breaks), ``"amplification"``
+            (a node amplifies upstream error), ``"accumulation"`` (the error grows smoothly),
+            ``"none"`` (no exposed tensor below the bar) or ``""`` (incomplete).
+        culprit: the node named by ``cause`` (for accumulation: the first node below the bar), as
+            ``{"node", "op_type", "tensor", "index", "passed", "metrics", "failed",
+            "reference_max_abs", "saturated"}``, or ``None``.
+        first: the first node (graph order) whose output is below the bar, same form, or ``None``.
+        chain: the nodes after it on the way to the failing outputs, same form.
+        suspects: FP16 range problems: ``{"node", "op_type", "tensor", "max_abs", "saturated",
+            "limit", "precision"}`` per node whose reference exceeds ±65504 or whose backend output
+            saturates.
+        bar_db: the SNR bar each tensor was held to. isolated_snr_db: SNR of the first failing node
+            run alone on the reference's inputs (``None`` when not run).
+        profile: ``[[node, op_type, snr_db], …]`` in graph order (measured tensors).
+        rounds: expose-and-run rounds. tensors_compared: tensors compared.
+        message: the report's sentence; error: why localization failed, if it did; notes: extra facts.
     """
 
     backend: str
     model: str
-    call: tuple = (0, 0)
+    call: tuple = (1, 0)
     method: str = "all"
+    cause: str = ""
+    culprit: dict | None = None
     first: dict | None = None
     chain: list = field(default_factory=list)
     suspects: list = field(default_factory=list)
+    bar_db: float | None = None
+    isolated_snr_db: float | None = None
+    profile: list = field(default_factory=list)
     rounds: int = 0
     tensors_compared: int = 0
     message: str = ""
     error: str = ""
+    notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -219,16 +292,44 @@ class DiffResult:
     script: dict = field(default_factory=dict)
     compared_calls: int = 0
     capture_dirs: dict = field(default_factory=dict)
+    app: dict = field(default_factory=dict)
+    nonfinite_feeds: list = field(default_factory=list)
+    inputs_differ: dict = field(default_factory=dict)
+
+    @property
+    def incomplete_runs(self) -> list:
+        """Runs that did not complete (the reference's second run excluded: it only masks
+        volatile output)."""
+        return [r for r in self.runs.values() if not r.complete and not r.rerun_of]
 
     @property
     def backend_failed(self) -> bool:
         """True when a run did not complete or nothing was compared."""
-        return any(not r.ok for r in self.runs.values()) or (self.compared_calls == 0 and not self.outputs)
+        return bool(self.incomplete_runs) or (self.compared_calls == 0 and not self.outputs)
+
+    @property
+    def tensor_mismatch(self) -> bool:
+        """True when an output failed or call sequences diverged."""
+        return any(not o.passed for o in self.outputs) or any(self.divergences.values())
+
+    @property
+    def app_mismatch(self) -> bool:
+        """True when a backend's app-level output differs from the reference's."""
+        return any(a.status == "differs" for a in self.app.values())
 
     @property
     def mismatch(self) -> bool:
-        """True when an output failed or call sequences diverged."""
-        return any(not o.passed for o in self.outputs) or any(self.divergences.values())
+        """True on a mismatch at either level."""
+        return self.tensor_mismatch or self.app_mismatch
+
+    @property
+    def state(self) -> str:
+        """One of :data:`STATES` (module docstring)."""
+        if self.backend_failed:
+            return "incomplete"
+        if self.tensor_mismatch and self.app_mismatch:
+            return "app_and_tensor_mismatch"
+        return "tensor_mismatch" if self.tensor_mismatch else "app_mismatch" if self.app_mismatch else "pass"
 
     @property
     def passed(self) -> bool:
@@ -238,9 +339,14 @@ class DiffResult:
     @property
     def exit_status(self) -> int:
         """0, 1 or 2 as documented in this module."""
-        if self.backend_failed:
-            return EXIT_BACKEND_FAILED
-        return EXIT_MISMATCH if self.mismatch else EXIT_OK
+        return STATES[self.state]
+
+    def verdict_line(self) -> str:
+        """The one-line verdict: state, which level failed and why (see
+        :func:`onnxwrapper.diff._verdict.verdict_line`)."""
+        from onnxwrapper.diff._verdict import verdict_line
+
+        return verdict_line(self)
 
     @property
     def verdict(self) -> str:
