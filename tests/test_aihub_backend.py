@@ -212,7 +212,8 @@ def test_options_are_validated_with_hints(hub, tmp_path):
                              ({**S25, "compile_options": "--target_runtime tflite"}, "options\\['target_runtime'\\]"),
                              ({**S25, "compile_options": "--quantize_io"}, "quantized IO"),
                              ({**S25, "target_runtime": "tflite"}, "Expected one of"),
-                             ({**S25, "max_wait": -1}, "seconds >= 0")):
+                             ({**S25, "max_wait": -1}, "seconds >= 0"),
+                             ({**S25, "target": "Samsung Galaxy S24"}, "name two devices")):
         with pytest.raises(BackendOptionError, match=pattern):
             ow.InferenceSession(path, backend="aihub", backend_options=options)
     with pytest.raises(BackendOptionError, match="no device named 'Galaxy S25'.*closest: 'Samsung Galaxy S2"):
@@ -222,6 +223,8 @@ def test_options_are_validated_with_hints(hub, tmp_path):
 
 def test_device_os_selects_a_device_version(hub, tmp_path):
     path = _write(tmp_path, "mul.onnx", models.mul_1())
+    sess = ow.InferenceSession(path, backend="aihub", backend_options={"target": "Samsung Galaxy S24"})  # aipc --target
+    assert sess.get_providers() == ["QNNContextBinary(aihub:Samsung Galaxy S24,FAKE)"]
     ow.InferenceSession(path, backend="aihub", backend_options={**S25, "device_os": "[15,16)"})
     with pytest.raises(BackendOptionError, match="with OS '13'"):
         ow.InferenceSession(path, backend="aihub", backend_options={**S25, "device_os": "13"})

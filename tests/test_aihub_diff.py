@@ -130,3 +130,13 @@ def test_fault_plan_reaches_the_child_and_fails_the_run_with_the_job_url(tmp_pat
     assert result.exit_status == 2 and run.status == "script_failed"
     assert "Device crashed. See https://workbench.aihub.qualcomm.com/jobs/j" in run.message
     assert any(e.get("plan") == "fail" for e in _jobs(log, "inference"))
+
+
+def test_aipc_runs_an_unchanged_script_on_aihub(tmp_path, hub_env):
+    _env, log = hub_env
+    script, model = _dynamic_project(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "aipc", "--backend", "aihub", "--target", DEVICE, str(script),
+                           str(model)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr
+    assert len(_jobs(log, "inference")) == 6  # each run() of the script is one job on the device
+

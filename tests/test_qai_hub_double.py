@@ -157,6 +157,23 @@ def test_batched_inference_returns_name_to_list_of_arrays():
     assert prof["execution_detail"][0]["compute_unit"] == "NPU" and "estimated_inference_time" in prof["execution_summary"]
 
 
+def test_the_device_is_onnxruntime_cpu_even_when_other_providers_are_registered():
+    pytest.importorskip("onnxruntime_qnn")
+    from tests.conftest import run_python
+
+    proc = run_python(f"""
+        import sys, onnxruntime, onnxruntime_qnn
+        onnxruntime.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
+        assert "QNNExecutionProvider" in onnxruntime.get_available_providers()
+        sys.path.insert(0, {str(FAKES)!r})
+        from qai_hub._runtime import session_for
+        from tests import models
+        print(session_for(models.mul_1()).providers)
+        """, cwd=str(FAKES.parents[1]))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['CPUExecutionProvider']"
+
+
 def test_outputs_match_onnxruntime_for_two_inputs():
     model = _two_inputs()
     target = _compiled(model, specs={"a": (1, 4), "b": (1, 4)}).get_target_model()

@@ -52,8 +52,14 @@ class AihubBackend(Backend):
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        """:meth:`Backend.validate_options`, and ``device`` is required."""
+        """:meth:`Backend.validate_options`; ``device`` (or its alias ``target``) is required."""
         config = super().validate_options(options)
+        if config["target"] is not None:
+            if config["device"] not in (None, config["target"]):
+                raise BackendOptionError(f"Options 'device' ({config['device']!r}) and 'target' ({config['target']!r}) "
+                                         f"name two devices; 'target' is an alias of 'device': give one.",
+                                         backend="aihub")
+            config["device"] = config["target"]
         if config["device"] is None:
             raise BackendOptionError(
                 "Backend 'aihub' needs the AI Hub device to run on: backend_options={'device': 'Samsung Galaxy S25'} "

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from onnx.external_data_helper import load_external_data_for_model
 
 from onnxwrapper.backends import _foreign_io as fio
 from onnxwrapper.backends.aihub._jobs import HubCalls
@@ -153,8 +154,6 @@ class TargetCompiler:
         if self.external:
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
-            from onnx.external_data_helper import load_external_data_for_model
-
             load_external_data_for_model(copy, self.source.directory)
             onnx.save_model(copy, path, save_as_external_data=True, all_tensors_to_one_file=True,
                             location="model.data")

@@ -105,6 +105,8 @@ def _cache_dir(value: Any) -> str:
 OPTIONS = {spec.name: spec for spec in (
     OptionSpec("device", "AI Hub device name exactly as `qai-hub list-devices` prints it, e.g. 'Samsung Galaxy "
                          "S25' (required)", None, _device),
+    OptionSpec("target", "the same as 'device' (so that `aipc --backend aihub --target 'Samsung Galaxy S25'` "
+                         "works)", None, _device),
     OptionSpec("device_os", "OS version of the device ('15'), or a range '[14,16)'; default: the newest", "", str),
     OptionSpec("target_runtime", "compile target: 'qnn_context_binary' (default) or 'qnn_dlc'",
                "qnn_context_binary", lambda v: str(v).lower(), RUNTIMES),

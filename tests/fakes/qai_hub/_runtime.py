@@ -5,12 +5,16 @@ It is built through ``onnxruntime.backend.prepare`` (onnxruntime's own backend A
 an ``InferenceSession`` created by a non-onnxruntime module while an onnxwrapper session runs
 (e.g. an ``aihub`` session compiling a new shape in ``aipc diff`` live mode) would itself be
 redirected to the backend under test, while onnxruntime's internal callers are left alone
-(aipc_loader's documented rule). Models are cached by content (LRU of 32).
+(aipc_loader's documented rule). ``prepare`` takes every available execution provider except those
+listed in ``$ORT_ONNX_BACKEND_EXCLUDE_PROVIDERS`` (onnxruntime/backend/backend.py): the double lists
+all but the CPU EP there while it prepares (a process that registered the QNN EP would otherwise
+run the "device" on the HTP simulator). Models are cached by content (LRU of 32).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
 
 __all__ = ["CpuModel", "session_for"]
@@ -38,7 +42,21 @@ class CpuModel:
         self.input_names = [i.name for i in inputs]
         self.int64_inputs = {i.name for i in inputs if i.type.tensor_type.elem_type == onnx.TensorProto.INT64}
         self.output_names = [o.name for o in model.graph.output]
-        self._rep = onnxruntime.backend.prepare(onnx_bytes, device="CPU")
+        key = "ORT_ONNX_BACKEND_EXCLUDE_PROVIDERS"
+        saved = os.environ.get(key)
+        os.environ[key] = ",".join(p for p in onnxruntime.get_available_providers() if p != "CPUExecutionProvider")
+        try:
+            self._rep = onnxruntime.backend.prepare(onnx_bytes, device="CPU")
+        finally:
+            if saved is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = saved
+
+    @property
+    def providers(self) -> list:
+        """The execution providers of the underlying session (``["CPUExecutionProvider"]``)."""
+        return self._rep._session.get_providers()
 
     def run(self, output_names, feed) -> list:
         """Outputs ``output_names`` (``None``: all, in graph order) for ``feed`` ``{name: array}``."""
