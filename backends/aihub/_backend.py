@@ -122,6 +122,7 @@ class AihubBackend(Backend):
         source = ModelSource.from_arg(request.path_or_bytes)
         proto = source.load_proto()
         inputs, outputs, meta, unknown = fio.onnx_io(proto)
+        dynamic = list(dynamic_inputs(proto))
         calls = HubCalls(hub, device=cfg["device"], job_timeout=cfg["job_timeout"], max_wait=cfg["max_wait"],
                          poll_interval=cfg["poll_interval"])
         device = self._device(hub, calls)
@@ -134,9 +135,9 @@ class AihubBackend(Backend):
                    "target_runtime": cfg["target_runtime"], "compile_options": compiler.options,
                    "inference_options": cfg["inference_options"], "qai_hub": hub.version}
         session = AihubSession(calls=calls, compiler=compiler, device=device, config=cfg, inputs=inputs,
-                               outputs=outputs, modelmeta=meta, unknown=unknown, dynamic=list(dynamic_inputs(proto)),
-                               provider=provider, provider_options=options, sess_options=request.sess_options)
-        if not dynamic_inputs(proto):
+                               outputs=outputs, modelmeta=meta, unknown=unknown, dynamic=dynamic, provider=provider,
+                               provider_options=options, sess_options=request.sess_options)
+        if not dynamic:
             session.prepare()  # compile on session creation; dynamic models compile per feed shape at run
         return session
 
