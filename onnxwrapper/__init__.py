@@ -35,6 +35,7 @@ from onnxwrapper.errors import (
     BackendValidationError,
     OnnxwrapperError,
     PartitionError,
+    RemoteJobError,
     SessionClosedError,
 )
 
@@ -57,6 +58,7 @@ _OWN = [
     "BackendConfigConflictError",
     "BackendRunError",
     "PartitionError",
+    "RemoteJobError",
     "ArtifactError",
     "SessionClosedError",
 ]
