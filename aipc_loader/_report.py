@@ -35,7 +35,7 @@ def say(message: str, prefix: str = PREFIX) -> None:
 class SessionReporter:
     """Reports redirected sessions: a line per creation — what runs where, from the session's
     partition (e.g. ``session 1: det.onnx on backend 'qnn' (0.52 s): QNNExecutionProvider 9/9
-    nodes, 1 partition``, or ``runs on CPU: QNNExecutionProvider took 0/1 nodes …``) — for every
+    nodes, 1 partition``, or ``runs on CPU: QNNExecutionProvider took none of its 1 node(s) (Identity) …``) — for every
     session of an NPU backend (``placement``) and with ``verbose`` for every session; and at
     interpreter exit (``atexit``, after the script's own handlers) each session's partition
     summary with ``verbose`` or ``report_partition``.
@@ -119,10 +119,11 @@ def _placement(session, record: dict) -> str:
             providers = session.get_providers()
         except Exception as exc:  # noqa: BLE001 - a report must not break the script
             providers = f"<{type(exc).__name__}>"
-        return f"providers {providers} (no partition yet: a backend that compiles per input shape records it at run)"
+        return f"no partition yet (recorded at run, e.g. per input shape); providers {providers}"
     try:
         if report.target_nodes == 0:
-            return (f"runs on CPU: {report.target_ep} took 0/{len(report.nodes)} nodes ({report.summary()}); "
+            ops = ", ".join(sorted({n.op_type for n in report.nodes}))
+            return (f"runs on CPU: {report.target_ep} took none of its {len(report.nodes)} node(s) ({ops}); "
                     f"--strict refuses such sessions")
         return report.summary()
     except Exception as exc:  # noqa: BLE001

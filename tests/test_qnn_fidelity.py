@@ -10,7 +10,6 @@ session-API table is tests/test_qnn_session_api.py.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import warnings
 
@@ -148,8 +147,7 @@ def test_graph_assignment_needs_the_config_entry_and_lists_the_users_nodes(qrt, 
         ("QNNExecutionProvider", [":Add/add_0", ":Mul/mul_0", ":Add/add_1"])]
     so = qrt.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    with pytest.warns(PartialOffloadWarning) if qrt.name == "onnxwrapper" else contextlib.nullcontext():
-        partial = qrt.InferenceSession(_write(tmp_path, "det.onnx", models.conv_det_relu()), so)
+    partial = _quiet(qrt, _write(tmp_path, "det.onnx", models.conv_det_relu()), so)
     got = _assignment(partial)  # ORT's order: both QNN subgraphs first, then the CPU one
     assert [ep for ep, _nodes in got] == ["QNNExecutionProvider", "QNNExecutionProvider", "CPUExecutionProvider"]
     assert got[1][1] == [":Relu/relu"] and got[2][1] == [":Det/det"]
@@ -228,3 +226,66 @@ def test_models_qnn_takes_no_node_of_run_on_cpu(qrt, tmp_path, kind):
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)  # ORT's CPU EP ran it: exact
     assert session.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]
+
+
+# -- an unchanged onnxruntime script under aipc -----------------------------------------------------
+_UNCHANGED = """
+import numpy as np
+import onnxruntime as ort
+
+print("available", "QNNExecutionProvider" in ort.get_available_providers())
+so = ort.SessionOptions()
+so.add_free_dimension_override_by_name("Dim1", 4)
+so.add_free_dimension_override_by_name("Dim2", 6)
+s = ort.InferenceSession("abs.onnx", so)
+print("abs", s.get_inputs()[0].shape, s.get_providers())
+pads = ort.OrtValue.ortvalue_from_numpy(np.array([0, 0, 1, 1], np.int64))
+so = ort.SessionOptions()
+so.add_external_initializers(["Pads_not_on_disk"], [pads])
+s = ort.InferenceSession("pad.onnx", so)
+print("pad", s.run(None, {"X": np.array([[1.0, 2.0]], np.float32)})[0].tolist())
+"""
+
+
+def test_an_unchanged_onnxruntime_script_under_aipc(tmp_path):
+    """aipc records ORT's own SessionOptions calls, registers the QNN EP at start and says in one
+    line per session what runs where."""
+    from tests.test_loader_support import aipc
+
+    (tmp_path / "abs.onnx").write_bytes(models.abs_free_dimensions())
+    models.write_pad_with_user_initializer(tmp_path)
+    (tmp_path / "s.py").write_text(_UNCHANGED)
+    result = aipc(["--backend", "qnn", "--cache-dir", str(tmp_path / "cache"), "s.py"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["available True",
+                                          "abs [4, 6, 5] ['QNNExecutionProvider', 'CPUExecutionProvider']",
+                                          "pad [[1.0, 2.0, 0.0], [0.0, 0.0, 0.0]]"]
+    lines = [line for line in result.stderr.splitlines() if line.startswith("aipc: session ")]
+    assert lines[0].startswith("aipc: session 1: abs.onnx on backend 'qnn' (") and lines[0].endswith(
+        "QNNExecutionProvider 1/1 nodes, 1 partition ['abs.onnx']")
+    assert lines[1].startswith("aipc: session 2: pad.onnx on backend 'qnn' (") and lines[1].endswith(
+        "runs on CPU: QNNExecutionProvider took none of its 1 node(s) (Pad); --strict refuses such sessions")
+    assert "File mapped weights" not in result.stderr  # the QNN EP's two W-lines per session are dropped
+    refused = aipc(["--backend", "qnn", "--strict", "--cache-dir", str(tmp_path / "cache"), "s.py"], cwd=tmp_path)
+    assert refused.returncode == 1 and "PartitionError: strict=True but the QNN execution provider took none" in (
+        refused.stderr)
+
+
+def test_only_the_two_qnn_warning_lines_are_dropped_from_stderr():
+    from tests.conftest import run_python
+
+    code = """
+    import os, sys
+    from onnxwrapper.backends.qnn._user_session import quiet_qnn_warnings
+    print("a", file=sys.stderr, flush=True)
+    with quiet_qnn_warnings():
+        os.write(2, b"W: File mapped weights feature is only available on Windows arm64\\nkept 1\\n")
+        print("kept 2", file=sys.stderr)
+        os.write(2, b"W: EPContext encryption config unavailable (x)\\n")
+    with quiet_qnn_warnings(False):
+        os.write(2, b"W: File mapped weights feature is only available (shown)\\n")
+    print("z", file=sys.stderr)
+    """
+    result = run_python(code)
+    assert result.returncode == 0 and result.stderr == (
+        "a\nkept 1\nkept 2\nW: File mapped weights feature is only available (shown)\nz\n")

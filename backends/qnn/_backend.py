@@ -342,16 +342,16 @@ def open_session(config: dict[str, Any], request, availability):
             ctx_proto = check_artifact_interface(artifact, proto)
             info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
             return static_session(setup, artifact.ctx_path, load_configs, None, info, warn_key,
-                           model_meta=_model_meta_override(ctx_proto, proto))
+                                  model_meta=_model_meta_override(ctx_proto, proto))
         compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches, model_input, proto, None,
-                                                label)
+                                               label)
         if no_node is not None:
             no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
             return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
                                  ep_options=settings.ep_options)
         check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key)
-        return static_session(setup, compiled.ctx_path, strict_configs, compiled.report, artifact_info(compiled, None),
-                       warn_key)
+        return static_session(setup, compiled.ctx_path, strict_configs, compiled.report,
+                              artifact_info(compiled, None), warn_key)
     _refuse_graph_option(settings, "this model has dynamic input shapes (compiled per feed shape)")
     cpu_runner: list = []
 
@@ -376,7 +376,7 @@ def open_session(config: dict[str, Any], request, availability):
                                                  time.perf_counter() - start)
         spec = specialize(fixed, shapes)
         compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches,
-                                                spec.SerializeToString(), spec, shapes, note)
+                                               spec.SerializeToString(), spec, shapes, note)
         if no_node is not None:
             return on_cpu(), no_node, ArtifactInfo("cpu", "", dict(shapes), time.perf_counter() - start)
         if settings.strict:

@@ -202,8 +202,9 @@ class QnnDynamicSession(BackendSession):
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
                  warn_key: str, user_so=None) -> None:
-        self.ort_args = OrtSessionArgs(model, meta_options, ["CPUExecutionProvider"], None,
-                                       dict(kwargs, enable_fallback=0))
+        # no providers: ORT's default CPU EP (a user's session.disable_cpu_ep_fallback=1 then fails as
+        # with ORT + QNN EP, which takes no node of a symbolic model)
+        self.ort_args = OrtSessionArgs(model, meta_options, None, None, dict(kwargs, enable_fallback=0))
         self._build = build
         self.dynamic_names = tuple(dynamic_names)
         self.ep_options = dict(ep_options)

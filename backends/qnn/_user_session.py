@@ -122,8 +122,20 @@ BAKED_IN = ("add_external_initializers", "add_external_initializers_from_files_i
 
 
 def static_session(setup, ctx, configs, report, info, warn_key: str, model_meta=None) -> QnnStaticSession:
-    """The static session of EPContext model ``ctx`` (session options: the user's + ``configs`` + the
-    QNN EP, with the user's log severity and ``optimized_model_filepath``)."""
+    """The static session of EPContext model ``ctx``, the one the user holds.
+
+    Args:
+        setup: the session's :class:`~onnxwrapper.backends.qnn._settings.QnnSetup` (registered).
+        ctx: EPContext model path (or bytes). configs: extra session config entries.
+        report: the compile-time partition, or ``None`` to read it back (precompiled artifacts:
+            ``configs`` must then record the assignment). info: its
+            :class:`~onnxwrapper.backends.qnn._session.ArtifactInfo`. warn_key: the model's warn-once key.
+        model_meta: metadata to report instead of the artifact's, or ``None``.
+
+    Session options: a copy of the user's (the recorded calls whose data the ctx model holds are not
+    replayed: :data:`BAKED_IN`), ``configs``, the QNN EP, then :func:`user_facing_options`; the
+    guard is :func:`user_session_guard`.
+    """
     so = build_session_options(setup.user_so, setup.settings.ep_options, setup.devices, configs,
                                skip_recorded=BAKED_IN)
     user_facing_options(so, setup.user_so)
