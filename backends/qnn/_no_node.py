@@ -22,6 +22,7 @@ the same by default, and says so:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import warnings
 from typing import Any, Mapping
@@ -94,6 +95,8 @@ class NoNodeMemo:
 
     def known(self) -> PartitionReport | None:
         """The remembered partition (source ``"cache"``), or ``None`` (also when the cache cannot be read)."""
+        if not os.path.isdir(self.cache.entry_dir(self.key)):
+            return None
         try:
             entry = self.cache.lookup(self.key)
         except (ArtifactError, OSError) as exc:
@@ -148,8 +151,10 @@ def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, sh
     """Compile with ``compile_epcontext`` (an ``EpContextFromOnnx`` over ``store``, a ``CacheStore``):
     ``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node (remembered in the
     cache with :class:`NoNodeMemo`, so the next session does not try again)."""
-    memo = NoNodeMemo(store.cache, store.key(shapes, []), patches)
-    known = memo.known()
+    key = store.key(shapes, [])
+    memo = NoNodeMemo(store.cache, key, patches)
+    # a cache hit (the usual case) costs one stat here; the memo is read only when there is no entry
+    known = None if os.path.isdir(store.cache.entry_dir(key)) else memo.known()
     if known is not None:
         return None, known
     try:
