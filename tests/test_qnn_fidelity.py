@@ -289,3 +289,22 @@ def test_only_the_two_qnn_warning_lines_are_dropped_from_stderr():
     result = run_python(code)
     assert result.returncode == 0 and result.stderr == (
         "a\nkept 1\nkept 2\nW: File mapped weights feature is only available (shown)\nz\n")
+
+
+def test_aipc_records_ort_session_options_while_active_and_uninstall_restores_the_methods():
+    import aipc_loader
+    import onnxwrapper
+    from onnxwrapper.kernel import RECORDED_METHODS, recorded_calls
+
+    before = {name: vars(onnxruntime.SessionOptions)[name] for name in RECORDED_METHODS}
+    with aipc_loader.activated("cpu"):
+        so = onnxruntime.SessionOptions()
+        so.add_free_dimension_override_by_name("Dim1", 4)
+        assert recorded_calls(so) == (("add_free_dimension_override_by_name", ("Dim1", 4)),)
+        own = onnxwrapper.SessionOptions()  # records itself: once, not again through the wrapper
+        own.add_free_dimension_override_by_denotation("DATA_BATCH", 3)
+        assert recorded_calls(own) == (("add_free_dimension_override_by_denotation", ("DATA_BATCH", 3)),)
+    assert all(vars(onnxruntime.SessionOptions)[name] is method for name, method in before.items())
+    after = onnxruntime.SessionOptions()
+    after.add_free_dimension_override_by_name("Dim1", 4)
+    assert recorded_calls(after) == ()
