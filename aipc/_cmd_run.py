@@ -11,8 +11,9 @@ Options end at the first argument that is not one of ours (the script), at ``-m 
 accepted, so a script never loses an argument to a prefix match.
 
 Our output goes to stderr, prefixed ``aipc:``: errors, the one-line notice that the backend's
-device is simulated on this host, and with ``-v`` the backend, each session created and, at
-exit, each session's partition summary (also with ``--report-partition``).
+device is simulated on this host, one line per session of an NPU backend saying what runs where
+(every session with ``-v``), with ``-v`` the backend and, at exit, each session's partition
+summary (also with ``--report-partition``).
 """
 
 from __future__ import annotations
@@ -243,8 +244,7 @@ def _launch(invocation: _Invocation, settings: RunSettings) -> int:
     if settings.verbose:
         say(f"backend '{name}' ({availability.reason}), options {options or '{}'}; "
             f"running {'-m ' if invocation.kind == 'module' else ''}{invocation.target}")
-    if settings.verbose or settings.report_partition:
-        SessionReporter(verbose=settings.verbose, report_partition=settings.report_partition).start()
+    SessionReporter(verbose=settings.verbose, report_partition=settings.report_partition).start()
     config = _env.ChildConfig(name, options, settings.verbose, settings.report_partition)
     export_to_environment(config)
     _patch._activate(_patch.Activation(name, dict(options)))

@@ -8,6 +8,17 @@ class defined in ``onnxruntime.capi.onnxruntime_inference_collection``, with
 ``wrapt.wrap_function_wrapper`` and keeps the handle; :func:`uninstall` removes it with
 ``wrapt.unwrap_object``, which puts the identical function object back.
 
+While active it also wraps the ``onnxruntime.SessionOptions`` methods whose effect ORT cannot
+report back (``onnxwrapper.kernel.RECORDED_METHODS``: ``add_initializer``,
+``add_external_initializers`` and its in-memory variant, the two free-dimension overrides,
+``register_custom_ops_library``, ``set_load_cancellation_flag``; the methods of the class, again
+with handles): each call is recorded (:func:`onnxwrapper.kernel.record_call`), so a
+backend that compiles with a configured copy of the options applies them too. And it lets the
+backend prepare the process once (:meth:`onnxwrapper.backends.base.Backend.prepare_process`: the
+qnn backend registers its plugin execution provider, so ``onnxruntime.get_available_providers()``
+lists ``QNNExecutionProvider`` from the start, as in a script that registers onnxruntime-qnn
+itself).
+
 The class object itself is never replaced, and neither is any module: ``onnxruntime``,
 ``onnxruntime.InferenceSession``, a name bound by ``from onnxruntime import InferenceSession``
 before or after activation, ``importlib.import_module("onnxruntime").InferenceSession`` and
@@ -15,7 +26,7 @@ before or after activation, ``importlib.import_module("onnxruntime").InferenceSe
 before, during and after activation. So ``isinstance(s, onnxruntime.InferenceSession)`` and
 ``class MySession(onnxruntime.InferenceSession)`` keep working, and every other onnxruntime
 name (``capi._pybind_state``, ``quantization``, ``tools``, ``SessionOptions``, ``OrtValue``) is
-never touched.
+the same object (``SessionOptions`` only has the recording wrappers on those methods).
 
 When the wrapped ``__init__`` runs for a new object while the patch is active, it turns the
 object into an onnxwrapper session before initialising it: the object's ``__class__`` becomes
@@ -85,6 +96,9 @@ class _State:
         self.activation: Activation | None = None
         self.handle = None          # the wrapt FunctionWrapper installed on InferenceSession.__init__
         self.target: type | None = None
+        self.recorders: dict[str, Any] = {}  # SessionOptions method name -> its recording wrapper
+        self.options_class: type | None = None
+        self.prepared: set[str] = set()  # backends whose prepare_process() ran in this process
         self.hook_pending = False
         self.derived: dict[type, type] = {}
         self.listeners: list[Callable] = []
@@ -139,10 +153,14 @@ def uninstall() -> None:
     with _state.lock:
         _state.activation = None
         handle, target = _state.handle, _state.target
-        _state.handle = _state.target = None
+        recorders, options_class = dict(_state.recorders), _state.options_class
+        _state.handle = _state.target = _state.options_class = None
+        _state.recorders.clear()
         _state.derived.clear()
     if handle is not None:
         wrapt.unwrap_object(target, "__init__", handle, missing_ok=True)
+    for name, recorder in recorders.items():
+        wrapt.unwrap_object(options_class, name, recorder, missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -229,14 +247,20 @@ def _activate(activation: Activation) -> None:
         _state.activation = activation
         if _state.handle is None and not _state.hook_pending:
             _state.hook_pending = register = True
+        wrapped = _state.handle is not None
     if register:
         # fires at once when onnxruntime is already imported; outside our lock (wrapt's advice)
         wrapt.register_post_import_hook(_on_onnxruntime_imported, HOOK_MODULE)
+    elif wrapped:
+        _prepare(activation.backend)
 
 
 def _on_onnxruntime_imported(module) -> None:
-    """Post-import hook: wrap ``InferenceSession.__init__`` if still active and not yet wrapped."""
+    """Post-import hook: wrap ``InferenceSession.__init__`` and the recorded ``SessionOptions``
+    methods if still active and not yet wrapped; then let the backend prepare the process."""
     import importlib
+
+    from onnxwrapper.kernel import RECORDED_METHODS  # onnxruntime is imported by now
 
     with _state.lock:
         _state.hook_pending = False
@@ -245,6 +269,41 @@ def _on_onnxruntime_imported(module) -> None:
         target = importlib.import_module(CLASS_MODULE).InferenceSession
         _state.handle = wrapt.wrap_function_wrapper(target, "__init__", _init_wrapper)
         _state.target = target
+        options_class = module.SessionOptions
+        _state.options_class = options_class
+        for name in RECORDED_METHODS:
+            _state.recorders[name] = wrapt.wrap_function_wrapper(options_class, name, _recording_wrapper(name))
+        backend = _state.activation.backend
+    _prepare(backend)
+
+
+def _recording_wrapper(method: str):
+    def record(wrapped, instance, args, kwargs):
+        from onnxwrapper.kernel import RecordingSessionOptions, record_call
+
+        result = wrapped(*args, **kwargs)
+        # onnxwrapper.SessionOptions records its own calls (they reach this wrapper through super())
+        if instance is not None and _state.activation is not None and not isinstance(instance,
+                                                                                     RecordingSessionOptions):
+            record_call(instance, method, tuple(args) + tuple(kwargs.values()))
+        return result
+    return record
+
+
+def _prepare(backend: str) -> None:
+    """Run the backend's ``prepare_process()`` once per process (failures are logged, not raised)."""
+    import logging
+
+    with _state.lock:
+        if backend in _state.prepared:
+            return
+        _state.prepared.add(backend)
+    try:
+        from onnxwrapper._registry import default_registry
+
+        default_registry().get(backend).prepare_process()
+    except Exception as exc:  # noqa: BLE001 - preparing is a courtesy; sessions report real problems
+        logging.getLogger("onnxwrapper").debug("aipc: backend %s could not prepare the process: %s", backend, exc)
 
 
 def _facade_class() -> type:

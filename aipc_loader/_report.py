@@ -1,5 +1,6 @@
 """What an aipc run reports on stderr about the sessions it redirected: one line per session
-created (``-v``) and, at interpreter exit, each session's partition summary.
+saying what runs where (by default for NPU backends, with ``-v`` for every backend) and, at
+interpreter exit, each session's partition summary (``-v`` / ``--report-partition``).
 
 Used by the ``aipc`` command in its own process and by the child-process bootstrap
 (:mod:`aipc_loader._bootstrap`) in every Python child of an aipc run, so it lives with the hot
@@ -32,9 +33,12 @@ def say(message: str, prefix: str = PREFIX) -> None:
 
 
 class SessionReporter:
-    """Reports redirected sessions: a line per creation with ``verbose``, and at interpreter exit
-    (``atexit``, after the script's own handlers) each session's partition summary with
-    ``verbose`` or ``report_partition``.
+    """Reports redirected sessions: a line per creation — what runs where, from the session's
+    partition (e.g. ``session 1: det.onnx on backend 'qnn' (0.52 s): QNNExecutionProvider 9/9
+    nodes, 1 partition``, or ``runs on CPU: QNNExecutionProvider took none of its 1 node(s) (Identity) …``) — for every
+    session of an NPU backend (``placement``) and with ``verbose`` for every session; and at
+    interpreter exit (``atexit``, after the script's own handlers) each session's partition
+    summary with ``verbose`` or ``report_partition``.
 
     The summary comes from ``session.get_partition()`` at exit for sessions still alive, else
     the last one its backend session reported when the session was collected; ``None`` means the
@@ -42,8 +46,10 @@ class SessionReporter:
     ``os._exit`` under multiprocessing, so they print no exit report.
     """
 
-    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX) -> None:
+    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX,
+                 placement: bool = True) -> None:
         self.verbose, self.report_partition, self.prefix = verbose, report_partition, prefix
+        self.placement = placement
         self._pid = os.getpid()
         self._records: list[dict] = []
         self._lock = threading.Lock()
@@ -71,12 +77,8 @@ class SessionReporter:
                 self.prefix = f"aipc[{self._pid}]: "
             self._records.append(record)
             number = len(self._records)
-        if self.verbose:
-            try:
-                providers = session.get_providers()
-            except Exception as exc:  # noqa: BLE001 - a report must not break the script
-                providers = f"<{type(exc).__name__}>"
-            say(f"session {number}: {label} on backend '{backend}' ({seconds:.2f} s), providers {providers}",
+        if self.verbose or (self.placement and _is_npu(backend)):
+            say(f"session {number}: {label} on backend '{backend}' ({seconds:.2f} s): {_placement(session, record)}",
                 self.prefix)
 
     def report(self) -> None:
@@ -96,6 +98,36 @@ class SessionReporter:
                 except Exception as exc:  # noqa: BLE001
                     text = f"not available ({type(exc).__name__}: {exc})"
             say(f"partition {number}: {record['label']} [{record['backend']}]: {text}", self.prefix)
+
+
+def _is_npu(backend: str) -> bool:
+    try:
+        from onnxwrapper._registry import default_registry  # imported by now: the session exists
+
+        return bool(default_registry().get(backend).npu)
+    except Exception:  # noqa: BLE001 - a report must not break the script
+        return False
+
+
+def _placement(session, record: dict) -> str:
+    """What runs where, in one line, from the session's partition (else its providers)."""
+    report = record["report"]
+    if isinstance(report, Exception):
+        return f"placement not available ({type(report).__name__}: {report})"
+    if report is None:
+        try:
+            providers = session.get_providers()
+        except Exception as exc:  # noqa: BLE001 - a report must not break the script
+            providers = f"<{type(exc).__name__}>"
+        return f"no partition yet (recorded at run, e.g. per input shape); providers {providers}"
+    try:
+        if report.target_nodes == 0:
+            ops = ", ".join(sorted({n.op_type for n in report.nodes}))
+            return (f"runs on CPU: {report.target_ep} took none of its {len(report.nodes)} node(s) ({ops}); "
+                    f"--strict refuses such sessions")
+        return report.summary()
+    except Exception as exc:  # noqa: BLE001
+        return f"placement not available ({type(exc).__name__}: {exc})"
 
 
 def _remember_partition(record: dict, backend_session) -> None:

@@ -15,8 +15,9 @@ validated ``backend_options`` and calls :meth:`Backend.open` with a :class:`Sess
   (:class:`ForeignIO`) and ``run``; every ORT method they cannot serve raises
   :class:`~onnxwrapper.errors.BackendCapabilityError`.
 
-A session also reports ``providers()``, ``provider_options()``, ``modelmeta()`` (``None`` = ORT's
-own) and ``partition()``; ``close()`` releases its resources (idempotent; the façade raises
+A session also reports ``providers()``, ``provider_options()``, ``modelmeta()``,
+``graph_assignment()`` (``None`` = ORT's own) and ``partition()``, may refuse a
+``set_providers()`` (``before_providers_change``); ``close()`` releases its resources (idempotent; the façade raises
 :class:`~onnxwrapper.errors.SessionClosedError` for every run afterwards). Feed validation, the
 closed check and run observers live once, in the façade's run path.
 
@@ -146,6 +147,20 @@ class BackendSession(abc.ABC):
         """Which execution provider runs each node: an :class:`onnxwrapper.kernel.PartitionReport`,
         or ``None`` when the backend records none."""
         return None
+
+    def graph_assignment(self):
+        """What ``get_provider_graph_assignment_info()`` returns, or ``None`` for ORT's own answer
+        (of the session the façade built). A backend that compiled the model answers for the
+        user's nodes (objects with ``ep_name`` and ``get_nodes()`` → ``name``, ``op_type``,
+        ``domain``, as ORT's); it raises what ORT raises where ORT would refuse."""
+        return None
+
+    def before_providers_change(self, backend: str) -> None:
+        """Called by ``InferenceSession.set_providers()`` after ORT's own argument checks and
+        before the session is re-created on ``backend`` (this session's backend, or another one
+        such as ``"cpu"`` when the new providers leave this backend's). Raise
+        :class:`~onnxwrapper.errors.BackendCapabilityError` to refuse (e.g. a strict NPU session
+        asked to move to CPU). The default allows it."""
 
     def close(self) -> None:
         """Release the backend's resources (compiled sessions, specializations, native contexts).
@@ -286,6 +301,17 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def probe(cls) -> Availability:
         """Return whether this backend can run here. Must be cheap after the first call and quiet."""
+
+    @classmethod
+    def prepare_process(cls) -> None:
+        """Make this process look as if the user's script had set this backend up itself.
+
+        Called once by the ``aipc`` hot patch when it activates this backend in a process (after
+        onnxruntime is imported, before the script creates sessions); e.g. the qnn backend
+        registers its plugin execution provider, so ``onnxruntime.get_available_providers()``
+        lists it as in a script that uses onnxruntime-qnn directly. Cheap and quiet; the default
+        does nothing. It may raise; the caller logs and continues.
+        """
 
     @abc.abstractmethod
     def open(self, request: SessionRequest) -> BackendSession:

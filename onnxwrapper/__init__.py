@@ -1,11 +1,15 @@
 """onnxwrapper: ``import onnxwrapper as ort`` wherever ``import onnxruntime as ort`` works.
 
 Every public name of ``onnxruntime`` is reachable here and *is* onnxruntime's object
-(``onnxwrapper.SessionOptions is onnxruntime.SessionOptions``), except:
+(``onnxwrapper.RunOptions is onnxruntime.RunOptions``), except:
 
 * :class:`InferenceSession` — a subclass of ``onnxruntime.InferenceSession`` that dispatches to a
   backend (``cpu``, ``qnn``, plugins), selected by ``backend=``, ``providers=``,
   ``ONNXWRAPPER_BACKEND`` or ``auto``;
+* :class:`SessionOptions` — a subclass of ``onnxruntime.SessionOptions`` that also records the
+  calls ORT cannot report back (``add_initializer``, ``add_external_initializers``, free-dimension
+  overrides, custom-op libraries), so backends that compile with a copy of the options apply them
+  too (:class:`onnxwrapper.kernel.RecordingSessionOptions`);
 * ``__version__`` — onnxwrapper's version (``get_version_string()`` stays onnxruntime's).
 
 Added names: :func:`get_available_backends`, :class:`BackendInfo`, :func:`add_run_observer`,
@@ -23,6 +27,7 @@ import onnxruntime as _onnxruntime
 from onnxwrapper._registry import BackendInfo, get_available_backends
 from onnxwrapper._session import InferenceSession, add_run_observer
 from onnxwrapper.kernel import NodeAssignment, PartialOffloadWarning, PartitionReport, __version__
+from onnxwrapper.kernel import RecordingSessionOptions as SessionOptions
 from onnxwrapper.errors import (
     ArtifactError,
     BackendCapabilityError,
@@ -41,6 +46,7 @@ from onnxwrapper.errors import (
 
 _OWN = [
     "InferenceSession",
+    "SessionOptions",
     "__version__",
     "get_available_backends",
     "BackendInfo",

@@ -20,9 +20,10 @@ import warnings
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
+from onnxwrapper.backends.base import SessionRequest
 from onnxwrapper.errors import BackendUnavailableError
 
-__all__ = ["Selection", "select_backend", "provider_names", "provider_ep_options", "require_available"]
+__all__ = ["Selection", "select_backend", "reselect", "provider_names", "provider_ep_options", "require_available"]
 
 _log = logging.getLogger("onnxwrapper")
 ENV_BACKEND = "ONNXWRAPPER_BACKEND"
@@ -161,3 +162,35 @@ def _select(requested, parsed, env: Mapping[str, str], registry) -> Selection:
             return Selection(name, "auto", f"backend '{name}' has a real NPU on this host")
     _log.info("onnxwrapper: auto-selected backend 'cpu' (no real NPU on this host)")
     return Selection("cpu", "auto", "no backend with a real NPU on this host")
+
+
+def reselect(current, request: SessionRequest, providers, provider_options, registry) -> tuple[Selection, SessionRequest]:
+    """Where ``set_providers(providers, provider_options)`` re-creates a session of backend ``current``.
+
+    Empty ``providers`` (``None``, ``[]``: ORT re-creates the session as it was): the same backend
+    and request. A list naming one of ``current.execution_providers``: the same backend with the
+    new providers (and their options). Otherwise the backend the first claimed provider belongs
+    to, else ``cpu`` (ORT always ends at its CPU EP); the move is logged at INFO.
+
+    Args:
+        current: the session's backend instance. request: its :class:`SessionRequest`.
+        providers, provider_options: ``set_providers``' arguments (already checked as ORT checks them).
+        registry: a :class:`~onnxwrapper._registry.BackendRegistry`.
+
+    Returns:
+        ``(Selection, SessionRequest)`` for the re-created session.
+    """
+    parsed = provider_names(providers, provider_options)
+    names = [name for name, _options in parsed]
+    reason = f"set_providers({names}) was called"
+    if not parsed:
+        return Selection(current.name, "providers", reason, None, request.ep_options), request
+    if any(name in current.execution_providers for name in names):
+        target = current.name
+    else:
+        target = next((b for b in map(registry.backend_for_provider, names) if b is not None), "cpu")
+        _log.info("onnxwrapper: set_providers(%s) moves the session from backend '%s' to '%s'", names,
+                  current.name, target)
+    new = SessionRequest(request.path_or_bytes, request.sess_options, providers, provider_options,
+                         dict(request.kwargs), provider_ep_options(parsed))
+    return Selection(target, "providers", reason, None, new.ep_options), new

@@ -1,11 +1,10 @@
 """``onnxwrapper.InferenceSession``: onnxruntime's InferenceSession, dispatched to a backend.
 
-The class subclasses ``onnxruntime.InferenceSession`` so ``isinstance`` checks in user code hold.
-The backend session describes itself (:class:`onnxwrapper.backends.base.SessionDescription`);
-the façade writes ORT's state from that description in one place, :meth:`InferenceSession._ow_ort_state`:
-on ORT-executed backends (``cpu``, ``qnn``) ORT's own constructor initialises the object, so every
-ORT method (``run``, ``run_with_ort_values``, ``io_binding``, ``get_inputs``, …) is ORT's code;
-foreign backends (qai_appbuilder, SNPE) serve ``run`` and metadata and raise
+A subclass of ``onnxruntime.InferenceSession`` (``isinstance`` holds). The backend session
+describes itself (:class:`onnxwrapper.backends.base.SessionDescription`); the façade writes ORT's
+state from it in one place, :meth:`InferenceSession._ow_ort_state`: on ORT-executed backends
+(``cpu``, ``qnn``) ORT's own constructor initialises the object, so every ORT method is ORT's code;
+foreign backends (qai_appbuilder, SNPE) serve ``run`` and metadata, and raise
 :class:`~onnxwrapper.errors.BackendCapabilityError` for the rest.
 
 One run path, as Polygraphy's ``BaseRunner.infer`` → ``infer_impl``: every run method goes
@@ -29,10 +28,10 @@ from typing import Callable
 import onnxruntime
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper._selection import select_backend
+from onnxwrapper._selection import reselect, select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
 from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
-from onnxwrapper.kernel import check_output_names, validate_feed, validate_ort_values
+from onnxwrapper.kernel import check_output_names, check_providers, validate_feed, validate_ort_values
 
 __all__ = ["InferenceSession", "add_run_observer"]
 
@@ -100,10 +99,8 @@ class InferenceSession(_ORT):
             ``disabled_optimizers``).
 
     Raises:
-        Whatever ``onnxruntime.InferenceSession`` raises for the same bad input (same class and
-        message prefix); :class:`~onnxwrapper.errors.BackendNotFoundError`,
-        :class:`~onnxwrapper.errors.BackendUnavailableError`,
-        :class:`~onnxwrapper.errors.BackendOptionError` for backend problems.
+        What ``onnxruntime.InferenceSession`` raises for the same bad input (class, message prefix);
+        ``BackendNotFoundError``, ``BackendUnavailableError``, ``BackendOptionError`` (onnxwrapper.errors).
 
     Attributes:
         backend_name: canonical name of the backend that runs this session.
@@ -119,11 +116,16 @@ class InferenceSession(_ORT):
         request = SessionRequest(path_or_bytes, sess_options, providers, provider_options, dict(kwargs),
                                  selection.ep_options)
         self._ow_closed = False
+        self._ow_backend_session = None
+        self._ow_open(instance, request, selection)
+        _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
+
+    def _ow_open(self, instance, request: SessionRequest, selection) -> None:
+        """Open ``request`` on backend ``instance`` and make this object that session."""
         self._ow_request = request  # what the user asked for (the model as given), e.g. for capture
         self.backend_name = selection.name
         self.backend_selection = selection
         self._ow_backend = instance
-        self._ow_backend_session = None
         backend_session = instance.open(request)
         self._ow_backend_session = backend_session
         try:
@@ -133,7 +135,6 @@ class InferenceSession(_ORT):
             backend_session.close()
             raise
         self._ow_bind(description)
-        _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
 
     # -- ORT's state: written here only --------------------------------------------------------------
     def _ow_ort_state(self, description: SessionDescription | None) -> None:
@@ -151,7 +152,7 @@ class InferenceSession(_ORT):
         ort, foreign = description.ort, description.foreign
         self._ow_foreign = foreign is not None
         if ort is not None:
-            with (ort.guard() if ort.guard is not None else _no_guard()):
+            with (ort.guard() if ort.guard is not None else contextlib.nullcontext()):
                 _ORT.__init__(self, ort.path_or_bytes, ort.sess_options, ort.providers, ort.provider_options,
                               **dict(ort.kwargs))
             if ort.read_assignment:
@@ -183,6 +184,7 @@ class InferenceSession(_ORT):
         self._ow_impls = impls
         #: run methods whose feeds the façade validates: the backend's own callables, when it asks
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()
+        self._ow_served = frozenset(description.runs)  # run methods the backend serves itself
         # with no observer, ``run`` may be ORT's bound run itself: nothing to check or validate
         self._ow_fast = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
                          and type(self).run is InferenceSession.run)  # a subclass overriding run() keeps its own
@@ -253,7 +255,7 @@ class InferenceSession(_ORT):
         return self._ow_call("run_with_ort_values", output_names, input_dict_ort_values, (run_options,))
 
     def run_with_iobinding(self, iobinding, run_options=None):
-        """As ``onnxruntime.InferenceSession.run_with_iobinding``."""
+        """As ORT's ``run_with_iobinding``."""
         self._ow_check_open("run_with_iobinding")
         impl = self._ow_impls["run_with_iobinding"]
         if not _RUN_OBSERVERS:
@@ -270,13 +272,12 @@ class InferenceSession(_ORT):
 
     # -- what the backend reports ------------------------------------------------------------------
     def get_providers(self):
-        """As ORT: the execution providers that run the graph (the backend's report where it keeps
-        one, e.g. only the EPs that were assigned nodes, QNN first)."""
+        """As ORT: the session's execution providers (the backend's report where it keeps one)."""
         providers = self._ow_backend_session.providers()
         return list(providers) if providers is not None else super().get_providers()
 
     def get_provider_options(self):
-        """As ORT: options per provider (the backend's report where it keeps one)."""
+        """As ORT (the backend's report where it keeps one)."""
         options = self._ow_backend_session.provider_options()
         return dict(options) if options is not None else super().get_provider_options()
 
@@ -325,21 +326,38 @@ class InferenceSession(_ORT):
             raise capability_error(method, self.backend_name)
 
     def io_binding(self):
-        """As ``onnxruntime.InferenceSession.io_binding`` (ORT-based backends only)."""
+        """As ORT (ORT-based backends only)."""
         self._ow_require_ort("io_binding")
         return super().io_binding()
 
     def set_providers(self, providers=None, provider_options=None) -> None:
-        """As ORT on the ``cpu`` backend. On an NPU backend changing providers would silently
-        move the model elsewhere, so it raises :class:`~onnxwrapper.errors.BackendCapabilityError`:
-        create a new session with ``backend=`` instead."""
-        if self._ow_foreign or self._ow_backend.npu:
+        """As ORT: re-create the session with these execution providers (ORT's own on ``cpu``).
+
+        On an NPU backend ORT executes (``qnn``): checked exactly as ORT checks (``ValueError``,
+        ``RuntimeError('Unknown Provider Type: X')``, its warnings), then opened again on the
+        backend :func:`onnxwrapper._selection.reselect` picks (``['CPUExecutionProvider']`` →
+        ``cpu``, as ORT + QNN EP lands on CPU), unless the backend refuses the move
+        (``BackendCapabilityError``, e.g. ``strict=True``). Foreign backends raise it always.
+        """
+        if self._ow_foreign:
             raise BackendCapabilityError(
                 f"set_providers() would move this session off backend '{self.backend_name}'. "
                 f"Create a new InferenceSession with backend='cpu' (or another backend) instead.",
                 backend=self.backend_name)
         self._ow_check_open("set_providers")
-        return super().set_providers(providers, provider_options)
+        if not self._ow_backend.npu:
+            return super().set_providers(providers, provider_options)
+        check_providers(providers, provider_options, own=self._ow_backend.execution_providers)
+        registry, current = default_registry(), self._ow_backend
+        selection, request = reselect(current, self._ow_request, providers, provider_options, registry)
+        self._ow_backend_session.before_providers_change(selection.name)
+        instance = current if selection.name == current.name else registry.get(selection.name)(None)
+        previous = self._ow_backend_session
+        with _observers_lock:
+            _FAST_PATH_SESSIONS.discard(self)
+            self._ow_set_fast_path(False)
+        self._ow_open(instance, request, selection)
+        previous.close()
 
     def enable_fallback(self) -> None:
         """As ORT on the ``cpu`` backend. NPU backends never fall back to CPU silently: there the
@@ -356,6 +374,17 @@ class InferenceSession(_ORT):
         self._ow_require_ort("end_profiling")
         return super().end_profiling()
 
+    def run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices):
+        """As ORT where ORT's session runs the model; a backend that serves ``run`` itself (e.g. one
+        compile per feed shape) raises :class:`~onnxwrapper.errors.BackendCapabilityError`."""
+        self._ow_require_ort("run_with_ortvaluevector")
+        if "run" in self._ow_served:
+            raise BackendCapabilityError(
+                f"InferenceSession.run_with_ortvaluevector() is not supported by backend '{self.backend_name}' for "
+                f"this session: the backend serves run() itself (e.g. per feed shape). Use run() or "
+                f"run_with_ort_values().", backend=self.backend_name)
+        return super().run_with_ortvaluevector(run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
+
     def get_profiling_start_time_ns(self):
         """As ORT; foreign backends report 0 (profiling not started), as ORT does when disabled."""
         if self._ow_foreign:
@@ -363,11 +392,8 @@ class InferenceSession(_ORT):
         return super().get_profiling_start_time_ns()
 
     def get_provider_graph_assignment_info(self):
-        """As ORT; foreign backends raise :class:`~onnxwrapper.errors.BackendCapabilityError`."""
+        """As ORT (``Fail`` without ``session.record_ep_graph_assignment_info=1``); a backend that compiled
+        the model answers for the user's nodes; foreign backends raise ``BackendCapabilityError``."""
         self._ow_require_ort("get_provider_graph_assignment_info")
-        return super().get_provider_graph_assignment_info()
-
-
-@contextlib.contextmanager
-def _no_guard():
-    yield
+        answer = self._ow_backend_session.graph_assignment()
+        return list(answer) if answer is not None else super().get_provider_graph_assignment_info()

@@ -161,15 +161,18 @@ class SessionClosedError(BackendError, _OrtFail):
 
 
 class PartitionError(BackendError, RuntimeError):
-    """Part of the graph would run outside the requested backend while strict mode forbids it.
+    """Part of the graph would run outside the requested backend while strict mode forbids it,
+    or the backend's execution provider took none of its nodes where a compile needs at least one.
 
     Attributes:
         cpu_nodes: list of ``(node_name, op_type)`` assigned to the CPU execution provider.
+        report: the partition (:class:`onnxwrapper.PartitionReport`) when the backend has it, else ``None``.
     """
 
-    def __init__(self, message: str, *, backend: str | None = None, cpu_nodes=()) -> None:
+    def __init__(self, message: str, *, backend: str | None = None, cpu_nodes=(), report=None) -> None:
         super().__init__(message, backend=backend)
         self.cpu_nodes = list(cpu_nodes)
+        self.report = report
 
 
 class ArtifactError(OnnxwrapperError):

@@ -43,6 +43,17 @@ def mul_1_path(tmp_path):
     return path
 
 
+@pytest.fixture(params=["onnxruntime+qnn", "onnxwrapper"])
+def qrt(request):
+    """qnn fidelity tests run the same assertions against onnxruntime + the QNN plugin EP and
+    onnxwrapper's qnn backend (tests/qnn_flavours.py); skipped without onnxruntime-qnn."""
+    if not qnn_available():
+        pytest.skip("onnxruntime-qnn not installed")
+    from tests.qnn_flavours import FLAVOURS
+
+    return FLAVOURS[request.param]
+
+
 def qnn_available() -> bool:
     """True when onnxruntime-qnn can be imported (the HTP simulator on x86-64 Linux)."""
     try:

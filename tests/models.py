@@ -155,3 +155,70 @@ def softmax_decomposed() -> bytes:
     g = h.make_graph(nodes, "softmax_decomposed", [h.make_tensor_value_info("X", T.FLOAT, [2, 6])],
                      [h.make_tensor_value_info("Y", T.FLOAT, [2, 6])])
     return make_model(g, 11)
+
+
+def abs_free_dimensions() -> bytes:
+    """``y = Abs(x)``; x float[Dim1 (denotation DATA_BATCH), Dim2 (DATA_CHANNEL), 5], y float[Dim1, Dim2, 5]
+    (ORT's ``abs_free_dimensions.onnx``, for free-dimension overrides)."""
+    x = h.make_tensor_value_info("x", T.FLOAT, ["Dim1", "Dim2", 5])
+    for dim, denotation in zip(x.type.tensor_type.shape.dim, ("DATA_BATCH", "DATA_CHANNEL")):
+        dim.denotation = denotation
+    g = h.make_graph([h.make_node("Abs", ["x"], ["y"])], "abs_free_dimensions", [x],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["Dim1", "Dim2", 5])])
+    return make_model(g)
+
+
+def lora_two_params() -> bytes:
+    """ORT's LoRA test model ``two_params_lora_model.onnx``: ``output = input_x @ weight_x + (input_x @
+    lora_param_a) @ lora_param_b``; input_x float[4,4]; weight_x = 1..16 as [4,4]; the overridable
+    initializers (also graph inputs) lora_param_a float[4, "dim"] and lora_param_b float["dim", 4] are
+    empty ([4,0], [0,4]). Base output for ones: ``[28, 32, 36, 40]`` per row (opset 21)."""
+    w = h.make_tensor("weight_x", T.FLOAT, [4, 4], list(range(1, 17)))
+    a = h.make_tensor("lora_param_a", T.FLOAT, [4, 0], [])
+    b = h.make_tensor("lora_param_b", T.FLOAT, [0, 4], [])
+    nodes = [h.make_node("MatMul", ["input_x", "weight_x"], ["mm_output_x"]),
+             h.make_node("MatMul", ["input_x", "lora_param_a"], ["mm_output_a"]),
+             h.make_node("MatMul", ["mm_output_a", "lora_param_b"], ["mm_output_b"]),
+             h.make_node("Add", ["mm_output_x", "mm_output_b"], ["output"])]
+    g = h.make_graph(nodes, "lora", [h.make_tensor_value_info("input_x", T.FLOAT, [4, 4]),
+                                     h.make_tensor_value_info("lora_param_a", T.FLOAT, [4, "dim"]),
+                                     h.make_tensor_value_info("lora_param_b", T.FLOAT, ["dim", 4])],
+                     [h.make_tensor_value_info("output", T.FLOAT, [4, 4])], [w, a, b])
+    return make_model(g, opset=21)
+
+
+def write_lora_adapter(path) -> None:
+    """ORT's ``two_params_lora_model.onnx_adapter``: lora_param_a = [[3],[4],[5],[6]], lora_param_b =
+    [[7, 8, 9, 10]]; with it the output for ones is ``[154, 176, 198, 220]`` per row."""
+    import onnxruntime
+
+    params = {"lora_param_a": np.array([[3], [4], [5], [6]], np.float32),
+              "lora_param_b": np.array([[7, 8, 9, 10]], np.float32)}
+    adapter = onnxruntime.AdapterFormat()
+    adapter.set_adapter_version(1)
+    adapter.set_model_version(1)
+    adapter.set_parameters({k: onnxruntime.OrtValue.ortvalue_from_numpy(v) for k, v in params.items()})
+    adapter.export_adapter(str(path))
+
+
+def write_pad_with_user_initializer(directory, relu_first: bool = False) -> str:
+    """ORT's ``model_with_external_initializer_come_from_user.onnx`` in ``directory``: ``Y = Pad(X, pads)``
+    (optionally after a ``Relu``), X float[1,2]; ``pads`` int64[4] is a graph input and an initializer
+    whose external data file ``Pads_not_on_disk.bin`` does not exist: the user supplies it
+    (``add_external_initializers`` or ``add_external_initializers_from_files_in_memory``).
+    Returns the model path."""
+    import os
+
+    pads = onnx.TensorProto(name="Pads_not_on_disk", data_type=T.INT64, dims=[4],
+                            data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", "Pads_not_on_disk.bin"), ("offset", "0"), ("length", "32")):
+        pads.external_data.add(key=key, value=value)
+    nodes = [h.make_node("Relu", ["X"], ["r"])] if relu_first else []
+    nodes.append(h.make_node("Pad", ["r" if relu_first else "X", "Pads_not_on_disk"], ["Y"]))
+    g = h.make_graph(nodes, "pad", [h.make_tensor_value_info("X", T.FLOAT, [1, 2]),
+                                    h.make_tensor_value_info("Pads_not_on_disk", T.INT64, [4])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, None)], [pads])
+    path = os.path.join(str(directory), "relu_pad.onnx" if relu_first else "pad.onnx")
+    with open(path, "wb") as f:
+        f.write(make_model(g))
+    return path

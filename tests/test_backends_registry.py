@@ -150,8 +150,33 @@ def test_npu_backend_never_falls_back_silently(fakes):
     with pytest.warns(UserWarning, match="never moves an NPU session to CPU"):
         sess.enable_fallback()
     assert sess._enable_fallback is False
-    with pytest.raises(BackendCapabilityError, match="set_providers"):
-        sess.set_providers(["CPUExecutionProvider"])
+
+
+class _RefusingSession(OrtBackendSession):
+    def before_providers_change(self, backend):
+        if backend != "fakenpu":
+            raise BackendCapabilityError(f"refusing to move to {backend}", backend="fakenpu")
+
+
+def test_set_providers_on_an_npu_backend_checks_like_ort_then_reopens(fakes, monkeypatch):
+    sess = onnxwrapper.InferenceSession(models.mul_1(), backend="fakenpu", backend_options={"level": 2})
+    first = sess.backend_session
+    with pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
+        sess.set_providers(["InvalidProvider"])
+    with pytest.raises(ValueError, match="should be the same length"):
+        sess.set_providers(["CPUExecutionProvider"], [{}, {}])
+    assert sess.backend_session is first and sess.backend_name == "fakenpu"  # checked before anything changed
+    sess.set_providers([("FakeNpuExecutionProvider", {"x": 1})])  # its own provider: the same backend again
+    assert sess.backend_name == "fakenpu" and sess._ow_backend.config == {"level": 2}
+    assert sess.backend_session is not first and sess._ow_request.ep_options == {"FakeNpuExecutionProvider": {"x": "1"}}
+    sess.set_providers(["CPUExecutionProvider"])  # an explicit request: the session moves to the cpu backend
+    assert sess.backend_name == "cpu" and sess.get_providers() == ["CPUExecutionProvider"]
+    np.testing.assert_array_equal(sess.run(None, {"X": X})[0], X * X)
+    monkeypatch.setattr(FakeNpuBackend, "open", lambda self, request: _RefusingSession(request.path_or_bytes))
+    strict = onnxwrapper.InferenceSession(models.mul_1(), backend="fakenpu")
+    with pytest.raises(BackendCapabilityError, match="refusing to move to cpu"):
+        strict.set_providers(["CPUExecutionProvider"])
+    assert strict.backend_name == "fakenpu"
 
 
 def test_foreign_session_serves_run_and_metadata(fakes):

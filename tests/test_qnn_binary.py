@@ -158,7 +158,7 @@ def test_raw_binary_as_model_path_matches_the_epcontext_bit_for_bit(tmp_path, _c
     reference = onnxwrapper.InferenceSession(result.ctx_path, backend="qnn").run(None, {"X": x})[0]
     bare = onnxwrapper.InferenceSession(result.bin_path, backend="qnn")  # no companion: the binary's own IO
     assert [(i.name, i.type, i.shape) for i in bare.get_inputs()] == [("X", "tensor(float)", [1, 3, 8, 8])]
-    assert bare.get_providers() == ["QNNExecutionProvider"] and bare.get_partition().source == "artifact"
+    assert bare.get_partition().providers == ["QNNExecutionProvider"] and bare.get_partition().source == "artifact"
     assert bare._ow_backend_session.artifacts[0].origin == "precompiled"
     np.testing.assert_array_equal(bare.run(None, {"X": x})[0], reference)
     # companion by option, then by name (<stem>.onnx next to <stem>.htp.bin): the model's metadata

@@ -72,7 +72,8 @@ def test_epcontext_next_to_the_model_wins_over_the_cache(tmp_path, _cache):
     assert _origin(session) == "precompiled"
     assert not os.path.exists(_cache / "entries")  # nothing compiled into the cache
     assert session._ow_backend_session.partition().source == "artifact"
-    assert session.get_providers() == ["QNNExecutionProvider"]
+    assert session.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]
+    assert session.get_partition().providers == ["QNNExecutionProvider"]
     assert session.get_modelmeta().custom_metadata_map == {"license": "MIT", "author": "tests"}
     x = np.ones((1, 3, 8, 8), np.float32)
     np.testing.assert_allclose(session.run(None, {"X": x})[0],

@@ -97,7 +97,7 @@ def test_float_mod_runs_fully_on_qnn_with_patches(tmp_path, only_mod):
         warnings.simplefilter("error", PartialOffloadWarning)  # nothing is left on CPU
         qnn = onnxwrapper.InferenceSession(path, backend="qnn")
     report = qnn.get_partition()
-    assert report.fully_offloaded and qnn.get_providers() == ["QNNExecutionProvider"]
+    assert report.fully_offloaded and report.providers == ["QNNExecutionProvider"]
     assert [(p["patch"], p["node_name"], p["op_type"]) for p in report.patches] == [("mod", "mod", "Mod")]
     assert "patched: mod (node mod)" in report.summary()
     assert {n.op_type for n in report.nodes} >= {"Div", "Floor", "Sign", "Sub"}
@@ -126,10 +126,13 @@ def test_disabled_patches_leave_mod_on_cpu_and_strict_judges_after_patching(tmp_
         assert off.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]
         with pytest.raises(PartitionError, match=r"mod \(Mod\)"):
             onnxwrapper.InferenceSession(path, backend="qnn", backend_options={"patches": option, "strict": True})
-    # a model whose only node QNN rejects: nothing to compile without patches
+    # a model whose only node QNN rejects: without patches it runs on CPU, as ORT + QNN EP; strict refuses
     alone = _save(tmp_path, fmod_model(only_mod=True), "alone.onnx")
+    with pytest.warns(PartialOffloadWarning, match="took none of the 1 node"):
+        on_cpu = onnxwrapper.InferenceSession(alone, backend="qnn", backend_options={"patches": False})
+    assert on_cpu.get_partition().target_nodes == 0 and on_cpu.get_partition().cpu_nodes == [("mod", "Mod")]
     with pytest.raises(PartitionError, match="took none"):
-        onnxwrapper.InferenceSession(alone, backend="qnn", backend_options={"patches": False})
+        onnxwrapper.InferenceSession(alone, backend="qnn", backend_options={"patches": False, "strict": True})
 
 
 @pytest.mark.qnn

@@ -45,7 +45,7 @@ s = onnxwrapper.InferenceSession(path, backend="qnn", backend_options=options)
 ref = onnxruntime.InferenceSession(path).run(None, {"X": x})[0]
 opts = s.get_provider_options()["QNNExecutionProvider"]
 print(json.dumps({"diff": float(np.abs(s.run(None, {"X": x})[0] - ref).max()), "soc_model": opts.get("soc_model"),
-                  "providers": s.get_providers()}))
+                  "providers": s.get_partition().providers}))
 """
 
 
@@ -150,22 +150,28 @@ def test_one_compile_under_four_concurrent_processes(env):
 
 
 _NO_NODE = """
-import sys
+import sys, warnings
 import onnxwrapper
 from onnxwrapper.backends.qnn import _settings as _qnn_settings
 from onnxwrapper.errors import PartitionError
 # let an option through that the validation rejects: the QNN EP then silently takes no node
 _qnn_settings.validate_ep_options = lambda options, **kw: {str(k): str(v) for k, v in options.items()}
+providers = [("QNNExecutionProvider", {"device_id": "3"})]
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    s = onnxwrapper.InferenceSession(sys.argv[1], backend="qnn", providers=providers)
+print("cpu", s.get_partition().target_nodes, len(s.get_partition().nodes),
+      any("strict" in str(w.message) and "took none" in str(w.message) for w in caught))
 try:
-    onnxwrapper.InferenceSession(sys.argv[1], backend="qnn", backend_options={"provider_options": {}},
-                                 providers=[("QNNExecutionProvider", {"device_id": "3"})])
+    onnxwrapper.InferenceSession(sys.argv[1], backend="qnn", backend_options={"strict": True}, providers=providers)
 except PartitionError as exc:
     print("PartitionError", len(exc.cpu_nodes), "took none" in str(exc))
 """
 
 
-def test_qnn_taking_no_node_raises_instead_of_running_on_cpu(model_path, env):
-    assert _ok(run_python(_NO_NODE, model_path, env=env)).split() == ["PartitionError", "3", "True"]
+def test_qnn_taking_no_node_runs_on_cpu_with_a_warning_and_strict_refuses(model_path, env):
+    assert _ok(run_python(_NO_NODE, model_path, env=env)).split() == ["cpu", "0", "3", "True",
+                                                                        "PartitionError", "3", "True"]
 
 
 def test_ep_creation_failure_raises(model_path, env):

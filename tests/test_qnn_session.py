@@ -54,7 +54,8 @@ def test_static_model_fp16_close_to_cpu_and_faithful_metadata(tmp_path):
     path = _write(tmp_path, "conv.onnx", _unique(models.smallconv(batch=1)))
     qnn = onnxwrapper.InferenceSession(path, backend="qnn")
     cpu = onnxruntime.InferenceSession(path)
-    assert qnn.get_providers() == ["QNNExecutionProvider"]  # every node on QNN: CPU not listed
+    assert qnn.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]  # ORT + QNN EP's list
+    assert qnn.get_partition().providers == ["QNNExecutionProvider"]  # the truth: every node on QNN
     assert isinstance(qnn, onnxruntime.InferenceSession) and qnn.backend_name == "qnn"
     assert [str(a) for a in qnn.get_inputs()] == [str(a) for a in cpu.get_inputs()]
     assert [str(a) for a in qnn.get_outputs()] == [str(a) for a in cpu.get_outputs()]
@@ -127,7 +128,8 @@ def test_dynamic_shapes_one_compile_per_shape(tmp_path, batch, hw, shapes):
         assert got.shape == ref.shape
         np.testing.assert_allclose(got, ref, atol=FP16_ATOL)
     assert _origins(qnn) == [("compiled", {"X": s}) for s in shapes]
-    assert qnn.get_providers() == ["QNNExecutionProvider"]
+    assert qnn.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]
+    assert qnn.get_partition().providers == ["QNNExecutionProvider"]
     assert qnn._ow_backend_session.partition().fully_offloaded
     # a new session of the same model finds both specializations in the disk cache
     again = onnxwrapper.InferenceSession(path, backend="qnn")

@@ -93,10 +93,8 @@ def activate_from_environment(environ=None) -> bool:
     config = decode_child_config(text)
 
     _patch._activate(_patch.Activation(config.backend, dict(config.backend_options)))
-    if config.verbose or config.report_partition:
-
-        SessionReporter(verbose=config.verbose, report_partition=config.report_partition,
-                        prefix=f"aipc[{os.getpid()}]: ").start()
+    SessionReporter(verbose=config.verbose, report_partition=config.report_partition,
+                    prefix=f"aipc[{os.getpid()}]: ").start()
     return True
 
 

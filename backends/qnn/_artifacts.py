@@ -78,7 +78,9 @@ def resolve_epcontext_next_to_model(source, settings) -> ResolvedArtifact | None
 
 def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
     """A raw QNN context binary next to the model (:data:`~onnxwrapper.backends.qnn._binary.RAW_BINARY_SUFFIXES`
-    order, ``<stem>.bin`` skipped next to ``<stem>.cpp``), wrapped as an EPContext model by
+    order; ``<stem>.bin`` skipped next to ``<stem>.cpp``; a file the model references as its
+    external data — ``onnx.save(m, "m.onnx", save_as_external_data=True, location="m.bin")`` — is
+    never taken for a binary), wrapped as an EPContext model by
     :func:`~onnxwrapper.backends.qnn._binary.wrap_raw_binary` (graph ``settings.graph`` when set), or
     ``None`` when there is none. The user's folder is never written (the wrapper is cached in
     ``settings.cache_dir``, else the onnxwrapper cache).
@@ -88,7 +90,10 @@ def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
     """
     if source.path is None:
         return None
-    names = [source.stem + s for s in RAW_BINARY_SUFFIXES]
+    # a file the model itself references as external data is its weights, not a context binary
+    external = {os.path.normcase(path) for path in source.external_data_files()}
+    names = [source.stem + s for s in RAW_BINARY_SUFFIXES
+             if os.path.normcase(os.path.join(source.directory, source.stem + s)) not in external]
     found, _tried = find_artifact(source.directory, names, refuse_if={f"{source.stem}.bin": f"{source.stem}.cpp"})
     if found is None:
         return None

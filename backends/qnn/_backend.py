@@ -35,20 +35,23 @@ import onnxruntime
 from onnxwrapper.backends._artifact_files import companion_onnx, companion_option
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, OptionSpec, SessionRequest
 from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
-from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
+from onnxwrapper.backends.qnn._assignment import ASSIGNMENT_KEY, records_assignment
+from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session, ort_session_class
+from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
 from onnxwrapper.backends.qnn._patching import convert_patches
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, INSTALL_HINT, copy_session_options, ensure_registered,
                                                is_x86_host, qnn_versions, user_qnn_ep_options)
-from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition
+from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, check_partition
+from onnxwrapper.backends.qnn._user_session import BAKED_IN, static_session, user_facing_options
 from onnxwrapper.backends.qnn._settings import QnnSetup, merge_raw_options, qnn_setup
 from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
 from onnxwrapper.backends.qnn._wrap import RAW_BINARY_SUFFIXES, wrap_raw_binary
-from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, BackendUnavailableError
-from onnxwrapper.kernel import (ModelSource, PartitionReport, dynamic_inputs, modelmeta_from_onnx, shapes_note,
-                                specialize)
+from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, BackendUnavailableError, PartitionError
+from onnxwrapper.kernel import (ModelSource, PartitionReport, dynamic_inputs, fix_free_dimensions, make_key,
+                                modelmeta_from_onnx, recorded_key, shapes_note, specialize, supplied_external_data)
 
 __all__ = ["QnnBackend", "convert_graph", "open_session", "request_ep_options"]
 
@@ -180,6 +183,15 @@ class QnnBackend(Backend):
                             simulated=not real, details={**versions, "device_type": device.type.name,
                                                          "device_vendor": str(device.vendor)})
 
+    @classmethod
+    def prepare_process(cls) -> None:
+        """Register the QNN plugin EP now (about 3 ms, measured on x86-64), so that
+        ``onnxruntime.get_available_providers()`` lists ``QNNExecutionProvider`` before the first
+        session, as in a script that registers onnxruntime-qnn itself (ORT's own tests pick FP16
+        tolerances by that list). Nothing happens when the backend is unavailable."""
+        if cls.probe().available:
+            ensure_registered()
+
     def open(self, request: SessionRequest) -> BackendSession:
         """Prepare a QNN session: settings, config pin, artifact (precompiled / cached / compiled).
 
@@ -246,14 +258,16 @@ def _open_raw_binary(setup: QnnSetup, configs, warn_key: str):
     if companion is not None:
         meta = _model_meta_override(onnx.load(ctx, load_external_data=False), companion)
     info = ArtifactInfo("precompiled", ctx, None, time.perf_counter() - start)
-    return _static(setup, ctx, configs, None, info, warn_key, model_meta=meta)
+    return static_session(setup, ctx, configs, None, info, warn_key, model_meta=meta)
 
 
-def _static(setup: QnnSetup, ctx, configs, report, info, warn_key: str, model_meta=None) -> QnnStaticSession:
-    """The static session of EPContext model ``ctx`` (session options: the user's + ``configs`` + the QNN EP)."""
-    so = build_session_options(setup.user_so, setup.settings.ep_options, setup.devices, configs)
-    return QnnStaticSession(ctx, so, setup.kwargs, report=report, strict=setup.settings.strict, label=setup.label,
-                            warn_key=warn_key, artifact=info, model_meta=model_meta)
+def _model_key(source: ModelSource, user_so) -> str:
+    """Content hash of the model (+ external data) and of what the user's SessionOptions add to it
+    (recorded initializers, in-memory external data, free-dimension overrides, custom-op libraries)."""
+    names, files = supplied_external_data(user_so)
+    content = source.content_hash(names, files)
+    recorded = recorded_key(user_so)
+    return make_key({"model": content, "session_options": recorded}) if recorded else content
 
 
 def _refuse_graph_option(settings, why: str) -> None:
@@ -292,17 +306,23 @@ def open_session(config: dict[str, Any], request, availability):
         raise BackendOptionError("Option 'onnx' names the ONNX model of a raw QNN context binary given as the model "
                                  "path; here the model path is the ONNX model itself. Drop it.", backend="qnn")
     setup = setup.register()
-    load_configs = {"session.record_ep_graph_assignment_info": "1"}
+    user_so = setup.user_so
+    # the façade session records the assignment only where the partition must be read back from
+    # it (precompiled artifacts) or the user asked for it (ORT refuses the getter otherwise)
+    load_configs = {ASSIGNMENT_KEY: "1"}
+    own_configs = dict(load_configs) if records_assignment(user_so) else {}
     # strict sessions are checked on the compile-time partition before loading; the loaded ctx
     # session then also refuses CPU nodes in ORT itself (cannot fire: checked already)
-    strict_configs = dict(load_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
+    strict_configs = dict(own_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
     if raw_binary:
         return _open_raw_binary(setup, load_configs, f"{os.path.abspath(source.path)}:{settings.describe()}")
-    model_hash = source.content_hash()
+    model_hash = _model_key(source, user_so)
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
-    compile_epcontext = EpContextFromOnnx(CacheStore(setup, proto, model_hash))
+    store = CacheStore(setup, proto, model_hash)
+    compile_epcontext = EpContextFromOnnx(store)
     model_input = source.path if source.path is not None else source.read_bytes()
-    dynamic = dynamic_inputs(proto)
+    fixed = fix_free_dimensions(proto, user_so)  # the inputs as ORT sees them with the user's overrides
+    dynamic = dynamic_inputs(fixed)
 
     def artifact_info(compiled, shapes) -> ArtifactInfo:
         return ArtifactInfo("cache" if compiled.reused else "compiled", compiled.ctx_path,
@@ -312,7 +332,7 @@ def open_session(config: dict[str, Any], request, availability):
         # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
         _refuse_graph_option(settings, "this model is an EPContext model")
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
-        return _static(setup, model_input, load_configs, None, info, warn_key)
+        return static_session(setup, model_input, load_configs, None, info, warn_key)
     if not dynamic:
         start = time.perf_counter()
         artifact = resolve_precompiled(source, settings)
@@ -321,13 +341,25 @@ def open_session(config: dict[str, Any], request, availability):
         if artifact is not None:
             ctx_proto = check_artifact_interface(artifact, proto)
             info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
-            return _static(setup, artifact.ctx_path, load_configs, None, info, warn_key,
-                           model_meta=_model_meta_override(ctx_proto, proto))
-        compiled = compile_epcontext(model_input, proto, None, label)
-        check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key, stacklevel=4)
-        return _static(setup, compiled.ctx_path, strict_configs, compiled.report, artifact_info(compiled, None),
-                       warn_key)
+            return static_session(setup, artifact.ctx_path, load_configs, None, info, warn_key,
+                                  model_meta=_model_meta_override(ctx_proto, proto))
+        compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches, model_input, proto, None,
+                                               label)
+        if no_node is not None:
+            no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
+            return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
+                                 ep_options=settings.ep_options)
+        check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key)
+        return static_session(setup, compiled.ctx_path, strict_configs, compiled.report,
+                              artifact_info(compiled, None), warn_key)
     _refuse_graph_option(settings, "this model has dynamic input shapes (compiled per feed shape)")
+    cpu_runner: list = []
+
+    def on_cpu():
+        """ORT's CPU session of the model with the user's options (specializations QNN takes no node of)."""
+        if not cpu_runner:
+            cpu_runner.append(ort_session_class()(request.path_or_bytes, user_so, **request.kwargs))
+        return cpu_runner[0]
 
     def specialization(shapes: dict[str, tuple]):
         """The ORT session of the specialization for ``shapes``: precompiled next to the model, else compiled."""
@@ -336,21 +368,29 @@ def open_session(config: dict[str, Any], request, availability):
         artifact = resolve_specialization(source, settings, shapes)
         if artifact is not None:
             check_artifact_interface(artifact, proto)
-            so = build_session_options(setup.user_so, settings.ep_options, setup.devices, load_configs)
+            so = build_session_options(user_so, settings.ep_options, setup.devices, load_configs,
+                                       skip_recorded=BAKED_IN)
             session = create_qnn_session(artifact.ctx_path, so, setup.kwargs)
             report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=note)
             return session, report, ArtifactInfo("precompiled", artifact.ctx_path, dict(shapes),
                                                  time.perf_counter() - start)
-        spec = specialize(proto, shapes)
-        compiled = compile_epcontext(spec.SerializeToString(), spec, shapes, note)
+        spec = specialize(fixed, shapes)
+        compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches,
+                                               spec.SerializeToString(), spec, shapes, note)
+        if no_node is not None:
+            return on_cpu(), no_node, ArtifactInfo("cpu", "", dict(shapes), time.perf_counter() - start)
         if settings.strict:
             check_partition(compiled.report, strict=True, label=note, warn_key=warn_key)
-        so = build_session_options(setup.user_so, settings.ep_options, setup.devices, strict_configs)
+        so = build_session_options(user_so, settings.ep_options, setup.devices, strict_configs,
+                                   skip_recorded=BAKED_IN)
         return create_qnn_session(compiled.ctx_path, so, setup.kwargs), compiled.report, artifact_info(compiled, shapes)
 
-    meta_so, _entries = copy_session_options(setup.user_so)
-    meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
-    meta_so.enable_profiling = False
+    meta_so, _entries = copy_session_options(user_so)
+    user_facing_options(meta_so, user_so)
+    if not meta_so.optimized_model_filepath:  # never run: no optimization needed (else ORT writes the model)
+        meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if own_configs:
+        meta_so.add_session_config_entry(ASSIGNMENT_KEY, "1")
     return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=specialization, dynamic_names=list(dynamic),
                              ep_options=settings.ep_options, max_specializations=settings.max_specializations,
-                             strict=settings.strict, label=label, warn_key=warn_key)
+                             strict=settings.strict, label=label, warn_key=warn_key, user_so=user_so)

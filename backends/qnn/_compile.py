@@ -24,6 +24,7 @@ import os
 import time
 from typing import Any, Iterator, Mapping, Sequence
 
+from onnxwrapper.backends.qnn._overridable import restore_overridable_initializers
 from onnxwrapper.backends.qnn._runtime import EP_NAME, copy_session_options, native_stdout_guard, qnn_versions
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
 from onnxwrapper.kernel import ArtifactCache, CacheEntry, PartitionReport, __version__, make_key
@@ -36,7 +37,7 @@ __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_optio
 _log = logging.getLogger("onnxwrapper.qnn")
 
 #: part of every cache key; bump when what is stored changes
-CACHE_FORMAT = "qnn-epcontext-v1"
+CACHE_FORMAT = "qnn-epcontext-v2"  # v2: overridable initializers stay graph inputs
 CTX_NAME = "model_ctx.onnx"
 _COMPAT_PREFIX = "ep_compatibility_info."
 
@@ -50,7 +51,7 @@ def ort_session_class():
 
 
 def build_session_options(user_so, ep_options: Mapping[str, str], devices, configs: Mapping[str, str] | None = None,
-                          *, profiling: bool | None = None):
+                          *, profiling: bool | None = None, skip_recorded=()):
     """A fresh ``SessionOptions``: a copy of the user's, the extra ``configs`` and the QNN EP.
 
     Args:
@@ -58,8 +59,9 @@ def build_session_options(user_so, ep_options: Mapping[str, str], devices, confi
         ep_options: QNN EP options for ``add_provider_for_devices``.
         devices: the QNN ``OrtEpDevice`` list. configs: extra session config entries.
         profiling: override ``enable_profiling`` (``None`` keeps the user's).
+        skip_recorded: recorded ``SessionOptions`` calls not to replay (see ``copy_session_options``).
     """
-    so, _entries = copy_session_options(user_so)
+    so, _entries = copy_session_options(user_so, skip_recorded=skip_recorded)
     for key, value in (configs or {}).items():
         so.add_session_config_entry(key, str(value))
     if profiling is not None:
@@ -108,7 +110,8 @@ def create_qnn_session(model, so, kwargs: Mapping[str, Any] | None = None):
 
 
 def copy_model_metadata(ctx_path: str, original) -> str | None:
-    """Give the ctx model at ``ctx_path`` the metadata of ``original`` (an ``onnx.ModelProto``).
+    """Give the ctx model at ``ctx_path`` the metadata of ``original`` (an ``onnx.ModelProto``) and
+    its overridable initializers back as graph inputs (:func:`restore_overridable_initializers`).
 
     Returns:
         ORT's removed ``ep_compatibility_info.*`` value (or ``None``).
@@ -129,6 +132,7 @@ def copy_model_metadata(ctx_path: str, original) -> str | None:
     ctx.graph.doc_string = original.graph.doc_string
     del ctx.metadata_props[:]
     ctx.metadata_props.extend(original.metadata_props)
+    restore_overridable_initializers(ctx, original)
     tmp = ctx_path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(ctx.SerializeToString())
@@ -172,8 +176,8 @@ def generate_epcontext(model, out_dir: str, user_so, ep_options: Mapping[str, st
         raise PartitionError(
             f"The QNN execution provider took none of the model's {len(report.nodes)} nodes ({report.summary()}): "
             f"the QNN backend could not be set up or supports none of these ops (see ORT's E-level log lines on "
-            f"stderr). onnxwrapper does not run a 'qnn' session on CPU; use backend='cpu' for that.",
-            backend="qnn", cpu_nodes=report.cpu_nodes)
+            f"stderr); there is nothing to compile for the NPU.",
+            backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
     if not os.path.exists(ctx_path):
         raise ArtifactError(f"The QNN EP compiled the model but wrote no EPContext model at {ctx_path}.", path=ctx_path)
     compat = copy_model_metadata(ctx_path, original)

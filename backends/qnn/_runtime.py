@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError
+from onnxwrapper.kernel import replay_calls
 
 __all__ = ["EP_NAME", "INSTALL_HINT", "QnnProcessConfig", "qnn_versions", "is_x86_host", "ensure_registered",
            "claim_config", "active_config", "native_stdout_guard", "copy_session_options", "user_qnn_ep_options"]
@@ -249,22 +250,24 @@ def _config_entry(so, key: str) -> str | None:
         return None
 
 
-def copy_session_options(user, *, warn: bool = False):
+def copy_session_options(user, *, skip_recorded=()):
     """A new ``onnxruntime.SessionOptions`` configured like ``user`` (never mutated).
 
-    Copied: the attributes in ``_ATTRIBUTES`` and the documented config entries in
-    ``_CONFIG_KEYS``. Not copied, because ORT cannot read them back: free-dimension overrides,
-    initializers added with ``add_initializer``/``add_external_initializers``, custom-op
-    libraries, other config entries, provider-selection policies, execution providers (QNN
-    options set with ``add_provider_for_devices`` are read separately by
-    :func:`user_qnn_ep_options`). ``optimized_model_filepath`` is not copied either (ORT cannot
-    serialize a model with compiled QNN nodes). If the user did not choose a log severity
-    (``log_severity_level == -1``) the copy uses 3 (errors only), keeping the QNN EP's two
-    warning lines per session off stderr.
+    Copied: the attributes in ``_ATTRIBUTES``, the documented config entries in ``_CONFIG_KEYS``,
+    and the calls ORT cannot read back but onnxwrapper recorded
+    (:func:`onnxwrapper.kernel.replay_calls`: ``add_initializer``, ``add_external_initializers``
+    and its in-memory variant, free-dimension overrides, custom-op libraries; recorded on
+    ``onnxwrapper.SessionOptions`` objects, and on every ``onnxruntime.SessionOptions`` while the
+    ``aipc`` hot patch is active). Not copied: other config entries, provider-selection policies,
+    execution providers (QNN options set with ``add_provider_for_devices`` are read separately by
+    :func:`user_qnn_ep_options`), ``optimized_model_filepath`` (the caller decides where it
+    applies). If the user did not choose a log severity (``log_severity_level == -1``) the copy
+    uses 3 (errors only), keeping the QNN EP's two warning lines per session off stderr.
 
     Args:
         user: ``onnxruntime.SessionOptions`` or ``None``.
-        warn: log (WARNING, ``onnxwrapper.qnn``) what is ignored; once per session is enough.
+        skip_recorded: recorded methods not to replay (e.g. the external initializers on the
+            session of an EPContext model, which holds their data already).
 
     Returns:
         ``(SessionOptions, {config key: value})`` — the copy and the config entries copied (part
@@ -285,9 +288,7 @@ def copy_session_options(user, *, warn: bool = False):
             if value is not None:
                 so.add_session_config_entry(key, value)
                 entries[key] = value
-        if warn and getattr(user, "optimized_model_filepath", ""):
-            _log.warning("onnxwrapper qnn: SessionOptions.optimized_model_filepath is ignored: ORT cannot "
-                         "serialize a model with compiled QNN nodes")
+        replay_calls(user, so, skip=skip_recorded)
     if so.log_severity_level == -1:
         so.log_severity_level = 3
     return so, entries

@@ -14,8 +14,11 @@
 
 Both report their partition (:meth:`partition`), warn once per model when part of the graph runs
 on CPU (:class:`~onnxwrapper.kernel._partition.PartialOffloadWarning`) and raise
-:class:`~onnxwrapper.errors.PartitionError` under ``strict``. ``get_providers()`` lists only the EPs
-that run nodes (QNN first).
+:class:`~onnxwrapper.errors.PartitionError` under ``strict``. ``get_providers()`` and
+``get_provider_options()`` say what ORT + QNN EP says (``['QNNExecutionProvider',
+'CPUExecutionProvider']``); ``get_provider_graph_assignment_info()`` answers for the user's nodes
+(:mod:`onnxwrapper.backends.qnn._assignment`). A specialization the QNN EP takes no node of runs
+on CPU (:mod:`onnxwrapper.backends.qnn._no_node`).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
+from onnxwrapper.backends.qnn._assignment import assigned_subgraphs, require_assignment_enabled
 from onnxwrapper.backends.qnn._compile import qnn_creation_guard
+from onnxwrapper.backends.qnn._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
-from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, shapes_note
+from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, shapes_note, user_stacklevel
 
 __all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition"]
 
@@ -45,8 +50,9 @@ class ArtifactInfo:
     """Where the compiled model of a session (or specialization) came from.
 
     Attributes:
-        origin: ``"compiled"`` (compiled now, into the cache), ``"cache"`` (cache hit) or
-            ``"precompiled"`` (an artifact next to the model).
+        origin: ``"compiled"`` (compiled now, into the cache), ``"cache"`` (cache hit),
+            ``"precompiled"`` (an artifact next to the model) or ``"cpu"`` (the QNN EP took no node:
+            ORT's CPU session of the model runs it; ``ctx_path`` empty).
         ctx_path: the EPContext model loaded. shapes: specialization shapes, ``None`` for static models.
         seconds: compile time (``"compiled"``) or lookup + load time (others), in seconds.
         key: cache key, when cached.
@@ -59,7 +65,8 @@ class ArtifactInfo:
     key: str | None = None
 
 
-def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_key: str, stacklevel: int = 2) -> None:
+def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_key: str,
+                    stacklevel: int | None = None) -> None:
     """Raise under ``strict`` if any node is off QNN; otherwise warn once per ``warn_key``.
 
     Not warned (logged at INFO only): a QDQ model whose only CPU nodes are the graph-IO
@@ -68,7 +75,8 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
     the NPU too).
 
     The warning is a :class:`~onnxwrapper.kernel._partition.PartialOffloadWarning` attributed
-    ``stacklevel`` frames up (point it at the user's call); the same text is logged at INFO on
+    ``stacklevel`` frames up (default: the user's call, :func:`onnxwrapper.kernel.user_stacklevel`); the same
+    text is logged at INFO on
     logger ``onnxwrapper.qnn``.
 
     Raises:
@@ -93,39 +101,50 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
         if warn_key in _warned:
             return
         _warned.add(warn_key)
-    warnings.warn(message, PartialOffloadWarning, stacklevel=stacklevel + 1)
+    warnings.warn(message, PartialOffloadWarning, stacklevel=user_stacklevel() if stacklevel is None else stacklevel + 1)
 
 
 _IO_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _refuse_move(strict: bool, backend: str, label: str) -> None:
+    if strict and backend != "qnn":
+        raise BackendCapabilityError(
+            f"set_providers() would move the session of {label} off the QNN NPU to backend '{backend}', and "
+            f"strict=True forbids running its nodes elsewhere. Create a new InferenceSession without strict (or "
+            f"with backend='{backend}') instead.", backend="qnn")
 
 
 class QnnStaticSession(BackendSession):
     """ORT's session of an EPContext model with the QNN EP; every run method is ORT's own.
 
     Args:
-        ctx_path: EPContext model to load. sess_options: configured copy with the QNN EP added (with
-            ``session.record_ep_graph_assignment_info=1``).
+        ctx_path: EPContext model to load. sess_options: configured copy with the QNN EP added
+            (with ``session.record_ep_graph_assignment_info=1`` when ``report`` is ``None``).
         kwargs: ORT keyword arguments (``enable_fallback`` forced to 0).
         report: partition from compile/cache, or ``None`` to read it from the loaded session
             (precompiled artifacts). strict: raise on CPU nodes. label: model name for messages.
         warn_key: identity of the model for warn-once. artifact: :class:`ArtifactInfo`.
         model_meta: metadata object to report instead of the artifact's (precompiled ctx models
-            that lack the original metadata), or ``None``.
+            that lack the original metadata), or ``None``. user_so: the user's ``SessionOptions``
+            (whether ``get_provider_graph_assignment_info()`` is enabled).
     """
 
     def __init__(self, ctx_path: str, sess_options, kwargs: Mapping[str, Any], *, report: PartitionReport | None,
-                 strict: bool, label: str, warn_key: str, artifact: ArtifactInfo, model_meta=None) -> None:
+                 strict: bool, label: str, warn_key: str, artifact: ArtifactInfo, model_meta=None,
+                 user_so=None, guard=qnn_creation_guard) -> None:
         self.ort_args = OrtSessionArgs(ctx_path, sess_options, None, None, dict(kwargs, enable_fallback=0),
-                                       guard=qnn_creation_guard, read_assignment=True)
+                                       guard=guard, read_assignment=report is None)
         self.report = report
         self.strict = strict
         self.label = label
         self.warn_key = warn_key
         self.artifacts = [artifact]
         self.model_meta = model_meta
+        self.user_so = user_so
 
     def describe(self) -> SessionDescription:
-        """ORT's session of the EPContext model; the graph assignment is read back (:meth:`loaded`)."""
+        """ORT's session of the EPContext model; a precompiled one's assignment is read back (:meth:`loaded`)."""
         return SessionDescription(ort=self.ort_args)
 
     def loaded(self, graph_assignment) -> None:
@@ -137,11 +156,7 @@ class QnnStaticSession(BackendSession):
         if self.report.target_nodes == 0:
             raise PartitionError(f"The QNN execution provider took no node of {self.label}: {self.report.summary()}.",
                                  backend="qnn", cpu_nodes=self.report.cpu_nodes)
-        check_partition(self.report, strict=self.strict, label=self.label, warn_key=self.warn_key, stacklevel=4)
-
-    def providers(self) -> list[str] | None:
-        """The EPs that run nodes, QNN first (ORT would list every registered EP)."""
-        return None if self.report is None else list(self.report.providers)
+        check_partition(self.report, strict=self.strict, label=self.label, warn_key=self.warn_key)
 
     def modelmeta(self):
         return self.model_meta
@@ -149,6 +164,16 @@ class QnnStaticSession(BackendSession):
     def partition(self) -> PartitionReport:
         """The :class:`~onnxwrapper.kernel.PartitionReport` of this session."""
         return self.report
+
+    def graph_assignment(self):
+        """ORT's ``Fail`` unless the user enabled the record; the compile-time partition of the user's
+        nodes; for a precompiled artifact ORT's own answer (its ``EPContext`` nodes)."""
+        require_assignment_enabled(self.user_so)
+        return None if self.report is None or self.report.source == "artifact" else assigned_subgraphs(self.report)
+
+    def before_providers_change(self, backend: str) -> None:
+        """``strict`` refuses a move off the QNN EP."""
+        _refuse_move(self.strict, backend, self.label)
 
 
 @dataclass
@@ -166,18 +191,20 @@ class QnnDynamicSession(BackendSession):
         meta_options: ``SessionOptions`` for the metadata session (CPU only).
         kwargs: ORT keyword arguments for the metadata session.
         build: ``build(shapes) -> (ort session, PartitionReport, ArtifactInfo)`` compiles or loads
-            the specialization for ``{input name: shape}``.
+            the specialization for ``{input name: shape}`` (a report with no QNN node comes with
+            ORT's CPU session of the model).
         dynamic_names: names of the inputs with non-static dims.
         ep_options: QNN EP options (reported by ``get_provider_options()``).
         max_specializations: LRU bound of live specialization sessions (≥ 1).
-        strict, label, warn_key: as :class:`QnnStaticSession`.
+        strict, label, warn_key, user_so: as :class:`QnnStaticSession`.
     """
 
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
-                 warn_key: str) -> None:
-        self.ort_args = OrtSessionArgs(model, meta_options, ["CPUExecutionProvider"], None,
-                                       dict(kwargs, enable_fallback=0))
+                 warn_key: str, user_so=None) -> None:
+        # no providers: ORT's default CPU EP (a user's session.disable_cpu_ep_fallback=1 then fails as
+        # with ORT + QNN EP, which takes no node of a symbolic model)
+        self.ort_args = OrtSessionArgs(model, meta_options, None, None, dict(kwargs, enable_fallback=0))
         self._build = build
         self.dynamic_names = tuple(dynamic_names)
         self.ep_options = dict(ep_options)
@@ -189,6 +216,7 @@ class QnnDynamicSession(BackendSession):
         self._live: OrderedDict[tuple, _Specialization] = OrderedDict()
         self._latest: PartitionReport | None = None
         self._lock = threading.RLock()
+        self.user_so = user_so
 
     def describe(self) -> SessionDescription:
         """The metadata session (never run); run methods served here; feeds validated by the façade."""
@@ -197,15 +225,25 @@ class QnnDynamicSession(BackendSession):
             "run_with_iobinding": self.run_with_iobinding})
 
     def providers(self) -> list[str]:
-        """The EPs of the most recently used specialization (``["QNNExecutionProvider"]`` before the first run)."""
-        return [EP_NAME] if self._latest is None else list(self._latest.providers)
+        """What ORT + QNN EP reports: ``['QNNExecutionProvider', 'CPUExecutionProvider']``."""
+        return ort_providers()
 
     def provider_options(self) -> dict:
-        return {EP_NAME: dict(self.ep_options)}
+        return ort_provider_options(self.ep_options)
 
     def partition(self) -> PartitionReport | None:
         """Partition of the most recently used specialization; ``None`` before the first run."""
         return self._latest
+
+    def graph_assignment(self):
+        """ORT's ``Fail`` unless the user enabled the record; else the partition of the most recently
+        used specialization (``[]`` before the first run)."""
+        require_assignment_enabled(self.user_so)
+        return [] if self._latest is None else assigned_subgraphs(self._latest)
+
+    def before_providers_change(self, backend: str) -> None:
+        """``strict`` refuses a move off the QNN EP."""
+        _refuse_move(self.strict, backend, self.label)
 
     def close(self) -> None:
         """Release the live specialization sessions (their artifacts stay in the disk cache)."""
@@ -230,10 +268,10 @@ class QnnDynamicSession(BackendSession):
     def _add(self, shapes: dict[str, tuple], key: tuple) -> _Specialization:
         ort_session, report, artifact = self._build(shapes)
         label = f"{self.label} [{shapes_note(shapes)}]"
-        if report.target_nodes == 0:
-            raise PartitionError(f"The QNN execution provider took no node of {label}: {report.summary()}.",
-                                 backend="qnn", cpu_nodes=report.cpu_nodes)
-        check_partition(report, strict=self.strict, label=label, warn_key=self.warn_key, stacklevel=6)
+        if report.target_nodes == 0:  # the build gave ORT's CPU session of the model
+            no_node_policy(report, strict=self.strict, label=label, warn_key=self.warn_key)
+        else:
+            check_partition(report, strict=self.strict, label=label, warn_key=self.warn_key)
         spec = _Specialization(ort_session, report, artifact)
         self.artifacts.append(artifact)
         self._live[key] = spec

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._patching import disabled_patches
-from onnxwrapper.backends.qnn._runtime import QnnProcessConfig, claim_config, copy_session_options, ensure_registered
+from onnxwrapper.backends.qnn._runtime import QnnProcessConfig, claim_config, ensure_registered
 from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
 from onnxwrapper.errors import BackendOptionError
@@ -210,7 +210,6 @@ class QnnSetup:
         """
         devices = ensure_registered()
         claim_config(self.settings.process_config(), self.label)
-        copy_session_options(self.user_so, warn=True)  # logs (once per session) what ORT cannot copy
         return QnnSetup(self.source, self.settings, self.user_so, self.kwargs, self.label, devices)
 
 

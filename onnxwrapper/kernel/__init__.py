@@ -4,6 +4,11 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 ``onnxwrapper.kernel`` only, never from a private ``onnxwrapper._*`` module or the façade:
 
 * the model a session was asked for — :class:`ModelSource` (path or bytes, read lazily, hashed);
+* what ``SessionOptions`` cannot report back — :class:`RecordingSessionOptions` (``onnxwrapper.SessionOptions``),
+  :func:`record_call`, :func:`recorded_calls`, :func:`replay_calls`, :func:`free_dimension_overrides`,
+  :func:`fix_free_dimensions`, :func:`supplied_external_data`, :func:`recorded_key`, :data:`RECORDED_METHODS`;
+* ORT's own errors for session calls a backend answers itself — :func:`check_providers`,
+  :func:`assignment_not_enabled_error`;
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
   :func:`check_input` (the one validator, onnxruntime's exact errors),
   :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
@@ -12,7 +17,7 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * shapes — :func:`input_dims`, :func:`dynamic_inputs`, :func:`is_static`, :func:`specialize`,
   :func:`shapes_note`;
 * partitions — :class:`PartitionReport`, :class:`NodeAssignment`, :class:`PartialOffloadWarning`,
-  :func:`known_reason`;
+  :func:`known_reason`, :func:`user_stacklevel` (warnings attributed to the user's call);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
   :func:`default_cache_dir` and its environment variables;
 * versions — ``__version__`` (onnxwrapper's).
@@ -28,7 +33,12 @@ from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_sig
                                        ort_type_to_numpy, validate_feed, validate_ort_values)
 from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
 from onnxwrapper.kernel._model_source import ModelSource
-from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason
+from onnxwrapper.kernel._session_options import (RECORDED_METHODS, RecordingSessionOptions, fix_free_dimensions,
+                                                 free_dimension_overrides, record_call, recorded_calls, recorded_key,
+                                                 replay_calls, supplied_external_data)
+from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_providers
+from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
+                                           user_stacklevel)
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
 
@@ -44,12 +54,18 @@ __all__ = [
     "NodeAssignment",
     "PartialOffloadWarning",
     "PartitionReport",
+    "RECORDED_METHODS",
+    "RecordingSessionOptions",
     "__version__",
+    "assignment_not_enabled_error",
     "check_input",
     "check_output_names",
+    "check_providers",
     "default_cache_dir",
     "dynamic_inputs",
     "feed_signature",
+    "fix_free_dimensions",
+    "free_dimension_overrides",
     "input_dims",
     "is_static",
     "known_reason",
@@ -58,8 +74,14 @@ __all__ = [
     "node_args_from_onnx",
     "numpy_to_ort_type",
     "ort_type_to_numpy",
+    "record_call",
+    "recorded_calls",
+    "recorded_key",
+    "replay_calls",
     "shapes_note",
     "specialize",
+    "supplied_external_data",
+    "user_stacklevel",
     "validate_feed",
     "validate_ort_values",
 ]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from functools import cached_property
 
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
@@ -40,6 +39,7 @@ class ModelSource:
     def __init__(self, path: str | None, data: bytes | None) -> None:
         self.path = path
         self._data = data
+        self._hashes: dict[tuple, str] = {}
 
     @classmethod
     def from_arg(cls, path_or_bytes) -> "ModelSource":
@@ -125,28 +125,34 @@ class ModelSource:
 
     def external_data_files(self) -> list[str]:
         """Paths of the external-data files the model references (existing or not), sorted."""
+        return sorted(self._external_data())
+
+    def _external_data(self) -> dict[str, tuple[str, set[str]]]:
+        """``{normalized path: (location as written in the model, {tensor names})}``."""
         from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
         if self.path is None:
-            return []
-        model = self.load_proto()
-        files = set()
-        for tensor in _get_all_tensors(model):
+            return {}
+        files: dict[str, tuple[str, set[str]]] = {}
+        for tensor in _get_all_tensors(self.load_proto()):
             if uses_external_data(tensor):
                 for entry in tensor.external_data:
                     if entry.key == "location":
-                        files.add(os.path.normpath(os.path.join(self.directory, entry.value)))
-        return sorted(files)
+                        path = os.path.normpath(os.path.join(self.directory, entry.value))
+                        files.setdefault(path, (entry.value, set()))[1].add(tensor.name)
+        return files
 
-    @cached_property
-    def _hash(self) -> str:
+    def _hash(self, supplied_names: frozenset, supplied_files: frozenset) -> str:
         digest = hashlib.sha256()
         data = self.read_bytes()
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
-        for path in self.external_data_files():
+        for path, (location, tensors) in sorted(self._external_data().items()):
             digest.update(os.path.relpath(path, self.directory).encode())
             if not os.path.exists(path):
+                if location in supplied_files or os.path.basename(path) in supplied_files or (
+                        tensors and tensors <= supplied_names):
+                    continue  # supplied from memory through SessionOptions: hashed by the caller
                 raise self._missing_external(path)
             with open(path, "rb") as f:
                 for chunk in iter(lambda: f.read(_CHUNK), b""):
@@ -157,10 +163,20 @@ class ModelSource:
         return C.Fail(f"[ONNXRuntimeError] : 1 : FAIL : External data file {path} referenced by model "
                       f"{self.path} does not exist. Keep external data files next to the model.")
 
-    def content_hash(self) -> str:
+    def content_hash(self, supplied_names=frozenset(), supplied_files=frozenset()) -> str:
         """Hex sha256 over the model bytes and every external-data file (relative name + bytes).
+
+        Args:
+            supplied_names: initializer names whose external data the user supplies in memory
+                (``SessionOptions.add_external_initializers``); a missing file holding only these is
+                skipped. supplied_files: external-data file names supplied in memory
+                (``add_external_initializers_from_files_in_memory``); missing ones are skipped. The
+                caller hashes what was supplied.
 
         Raises:
             NoSuchFile / InvalidProtobuf as :meth:`read_bytes`; ``Fail`` for a missing external-data file.
         """
-        return self._hash
+        key = (frozenset(supplied_names), frozenset(supplied_files))
+        if key not in self._hashes:
+            self._hashes[key] = self._hash(*key)
+        return self._hashes[key]

@@ -20,11 +20,12 @@ that of the patched model.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-__all__ = ["NodeAssignment", "PartitionReport", "PartialOffloadWarning", "known_reason"]
+__all__ = ["NodeAssignment", "PartitionReport", "PartialOffloadWarning", "known_reason", "user_stacklevel"]
 
 CPU_EP = "CPUExecutionProvider"
 
@@ -38,6 +39,24 @@ class PartialOffloadWarning(UserWarning):
     Issued once per model and process by backends that allow partial offload (``strict=False``);
     filter it with ``warnings.simplefilter("error", PartialOffloadWarning)`` to make it fatal.
     """
+
+
+#: packages whose frames a warning about the user's session is not attributed to
+_INTERNAL_PACKAGES = ("onnxwrapper", "aipc_loader", "wrapt")
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn``, called in the function that warns, that attributes
+    the warning to the first calling frame outside onnxwrapper (and the ``aipc`` hot patch, wrapt):
+    the user's ``InferenceSession(...)`` or ``run(...)`` call, however deep the backend's code is."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None:
+        name = frame.f_globals.get("__name__") or ""
+        if not any(name == p or name.startswith(p + ".") for p in _INTERNAL_PACKAGES):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 1
 
 
 def known_reason(op_type: str, domain: str, target_ep: str) -> str:
