@@ -11,6 +11,11 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
 * **judge** — :func:`check` re-judges a saved diff directory, :func:`compare` any captures, with
   :class:`Tolerance` / :class:`Tolerances` (Polygraphy semantics, precision-aware :data:`PRESETS`)
   and metric functors (:mod:`onnxwrapper.diff.metrics`);
+* **model runs** — :func:`run_model` runs one model with generated (:func:`generate_inputs`) or
+  loaded (:func:`load_inputs`, :func:`load_data_loader`) inputs on several backends, and
+  :func:`compare_model_runs` judges them — and golden outputs saved elsewhere — with the same
+  verdicts; :func:`save_tensors` / :func:`read_tensors` are the portable tensor file
+  (``aipc run MODEL.onnx``, ``aipc diff --model``);
 * **assert** — :func:`assert_backends_agree`, :func:`assert_close` and
   :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table.
 
@@ -23,6 +28,10 @@ from onnxwrapper.diff import _metrics as metrics
 from onnxwrapper.diff._api import check, compare, default_directory, parse_backends, run
 from onnxwrapper.diff._assert import assert_backends_agree, assert_close
 from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._model_compare import compare_model_runs
+from onnxwrapper.diff._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs
+from onnxwrapper.diff._model_run import ModelRuns, Timing, run_model
+from onnxwrapper.diff._tensor_files import TensorSet, read_tensors, save_tensors
 from onnxwrapper.diff._capture import (
     DEFAULT_MAX_BYTES,
     FORMAT,
@@ -73,4 +82,6 @@ __all__ = sorted([
     "SessionInfo", "TensorSpec", "read_capture", "compare_arrays", "compare_captures", "EXIT_OK", "EXIT_MISMATCH",
     "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "AppComparison", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
     "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for", "error_budget", "snr_bar_db",
+    "ModelInputs", "generate_inputs", "load_inputs", "load_data_loader", "ModelRuns", "Timing", "run_model",
+    "compare_model_runs", "TensorSet", "read_tensors", "save_tensors",
 ])

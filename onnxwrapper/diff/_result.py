@@ -276,6 +276,8 @@ class DiffResult:
         tolerances: the :class:`~onnxwrapper.diff.Tolerances` used. directory: the diff directory.
         script: ``{"argv": [...], "module": bool}`` of what ran, when known.
         compared_calls: matched calls compared. capture_dirs: ``{label: capture directory}``.
+        timings: model runs only (``mode == "model"``): ``{label: Timing.to_dict()}`` — per-iteration
+            wall time of ``session.run`` (:class:`onnxwrapper.diff.Timing`).
     """
 
     reference: str
@@ -295,6 +297,7 @@ class DiffResult:
     app: dict = field(default_factory=dict)
     nonfinite_feeds: list = field(default_factory=list)
     inputs_differ: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
 
     @property
     def incomplete_runs(self) -> list:
