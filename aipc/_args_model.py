@@ -44,7 +44,7 @@ class DataLoaderArgs(ArgGroup):
 
     def add_parser_args_impl(self, group) -> None:
         group.add_argument("--input-shapes", "--inputs", action="extend", nargs="+", default=[],
-                           metavar="NAME:[D0,D1,…]",
+                           metavar="NAME:[DIMS]",
                            help="shape of a generated input, e.g. --input-shapes x:[1,3,224,224] (dynamic dims "
                                 "default to 1)")
         group.add_argument("--val-range", action="extend", nargs="+", default=[], metavar="[NAME:][LO,HI]",

@@ -204,8 +204,8 @@ def main(args: argparse.Namespace) -> int:
 def run_help() -> str:
     """The text of ``aipc run --help``: the run options, and where the model workflow is described."""
     return build_parser().format_help() + (
-        "\nA path ending in .onnx is a model, never a script: 'aipc run MODEL.onnx [options]' (or 'aipc "
-        "MODEL.onnx …')\nruns it with generated or loaded inputs; 'aipc run MODEL.onnx --help' lists its "
+        "\nA path ending in .onnx is a model, never a script: 'aipc run MODEL.onnx [options]'\n(or 'aipc "
+        "MODEL.onnx …') runs it with generated or loaded inputs; 'aipc run MODEL.onnx --help'\nlists its "
         "options.\n")
 
 

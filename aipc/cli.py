@@ -26,6 +26,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import textwrap
 from typing import Sequence
 
 from aipc import _cmd_run
@@ -64,7 +65,9 @@ def help_text() -> str:
               "  runs it with generated or loaded inputs, 'aipc diff --model MODEL.onnx' compares backends",
               "  ('aipc run MODEL.onnx --help').", "", "environment variables:"]
     for var, option, text in _env.USER_VARIABLES:
-        lines.append(f"  {var:<22} {text} (same as {option})")
+        wrapped = textwrap.wrap(f"{text} (same as {option})", 100 - 25)
+        lines.append(f"  {var:<22} {wrapped[0]}")
+        lines += [f"  {'':<22} {more}" for more in wrapped[1:]]
     lines += [
         f"  {_env.ACTIVE_VARIABLE:<22} set by aipc for the processes it starts (JSON); do not set it",
         f"  {'PYTHONPATH':<22} aipc prepends its bootstrap directory for the processes it starts, so",

@@ -298,7 +298,10 @@ class InferenceSession(_ORT):
         Returns:
             A :class:`onnxwrapper.PartitionReport` (per node name, op type and EP; counts per EP;
             reasons where the backend knows them), or ``None`` when the backend records none (the
-            ``cpu`` backend runs what ORT runs and records nothing).
+            ``cpu`` backend runs what ORT runs and records nothing). A model with dynamic input
+            shapes on the ``qnn`` backend is compiled per input shape at its first run; before
+            that the report is *pending* (``source == "pending"``, no nodes, and ``summary()`` says
+            so), afterwards it is the partition of the most recently run shape.
         """
         return self._ow_backend_session.partition()
 
