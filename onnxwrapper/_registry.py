@@ -64,7 +64,7 @@ class BackendInfo:
         return f"<BackendInfo {self}>"
 
 
-class BackendList(list):
+class BackendList(list[BackendInfo]):
     """What :func:`get_available_backends` returns: a ``list`` of :class:`BackendInfo` that prints as
     one line per backend (``print(ort.get_available_backends())``)."""
 

@@ -24,7 +24,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import onnxruntime
 
@@ -32,7 +32,7 @@ from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
 from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
-from onnxwrapper.kernel import check_output_names, validate_feed, validate_ort_values
+from onnxwrapper.kernel import PartitionReport, check_output_names, validate_feed, validate_ort_values
 
 __all__ = ["InferenceSession", "add_run_observer"]
 
@@ -228,7 +228,8 @@ class InferenceSession(_ORT):
         _notify(self, method, output_names, given, args[-1], outputs, time.perf_counter() - start)
         return outputs
 
-    def run(self, output_names, input_feed, run_options=None):
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[Any]:
         """Compute outputs, exactly as ``onnxruntime.InferenceSession.run``.
 
         Args:
@@ -247,12 +248,13 @@ class InferenceSession(_ORT):
         """
         return self._ow_call("run", output_names, input_feed, (run_options,))
 
-    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+                            run_options: Any = None) -> list[Any]:
         """As ``onnxruntime.InferenceSession.run_with_ort_values``: ``{name: OrtValue}`` in,
         ``list[OrtValue]`` out."""
         return self._ow_call("run_with_ort_values", output_names, input_dict_ort_values, (run_options,))
 
-    def run_with_iobinding(self, iobinding, run_options=None):
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
         """As ``onnxruntime.InferenceSession.run_with_iobinding``."""
         self._ow_check_open("run_with_iobinding")
         impl = self._ow_impls["run_with_iobinding"]
@@ -263,36 +265,37 @@ class InferenceSession(_ORT):
         _notify(self, "run_with_iobinding", None, iobinding, run_options, result, time.perf_counter() - start)
         return result
 
-    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Callable[..., Any], user_data: Any, run_options: Any = None) -> Any:
         """As ``onnxruntime.InferenceSession.run_async``: ``callback(results, user_data, err)``
         is called from an ORT thread; ``err`` is ``""`` on success."""
         return self._ow_call("run_async", output_names, input_feed, (callback, user_data, run_options))
 
     # -- what the backend reports ------------------------------------------------------------------
-    def get_providers(self):
+    def get_providers(self) -> list[str]:
         """As ORT: the execution providers that run the graph (the backend's report where it keeps
         one, e.g. only the EPs that were assigned nodes, QNN first)."""
         providers = self._ow_backend_session.providers()
         return list(providers) if providers is not None else super().get_providers()
 
-    def get_provider_options(self):
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
         """As ORT: options per provider (the backend's report where it keeps one)."""
         options = self._ow_backend_session.provider_options()
         return dict(options) if options is not None else super().get_provider_options()
 
-    def get_modelmeta(self):
+    def get_modelmeta(self) -> Any:
         """As ORT: the model's metadata — the original ONNX model's, also for compiled artifacts."""
         meta = self._ow_backend_session.modelmeta()
         return meta if meta is not None else super().get_modelmeta()
 
     # -- onnxwrapper additions --------------------------------------------------------------------
     @property
-    def backend_session(self):
+    def backend_session(self) -> Any:
         """The backend's :class:`onnxwrapper.backends.base.BackendSession` serving this session
         (read-only; its ``partition()`` outlives this object, e.g. for exit reports)."""
         return self._ow_backend_session
 
-    def get_partition(self):
+    def get_partition(self) -> PartitionReport | None:
         """Which execution provider runs each node, as recorded by the backend.
 
         Returns:
@@ -327,7 +330,7 @@ class InferenceSession(_ORT):
         if self._ow_foreign:
             raise capability_error(method, self.backend_name)
 
-    def io_binding(self):
+    def io_binding(self) -> Any:
         """As ``onnxruntime.InferenceSession.io_binding`` (ORT-based backends only)."""
         self._ow_require_ort("io_binding")
         return super().io_binding()
@@ -354,18 +357,18 @@ class InferenceSession(_ORT):
             return
         super().enable_fallback()
 
-    def end_profiling(self):
+    def end_profiling(self) -> str:
         """As ORT; foreign backends raise :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         self._ow_require_ort("end_profiling")
         return super().end_profiling()
 
-    def get_profiling_start_time_ns(self):
+    def get_profiling_start_time_ns(self) -> int:
         """As ORT; foreign backends report 0 (profiling not started), as ORT does when disabled."""
         if self._ow_foreign:
             return 0
         return super().get_profiling_start_time_ns()
 
-    def get_provider_graph_assignment_info(self):
+    def get_provider_graph_assignment_info(self) -> Any:
         """As ORT; foreign backends raise :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         self._ow_require_ort("get_provider_graph_assignment_info")
         return super().get_provider_graph_assignment_info()

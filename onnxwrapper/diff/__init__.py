@@ -75,13 +75,14 @@ from onnxwrapper.diff._tolerance import (
     snr_bar_db,
 )
 
-__all__ = sorted([
-    "metrics", "run", "check", "compare", "localize_failures", "assert_backends_agree", "assert_close",
-    "parse_backends", "default_directory", "DEFAULT_MAX_BYTES", "FORMAT", "FORMAT_VERSION", "CaptureHandle",
-    "CaptureLimitWarning", "CaptureWriter", "start_capture", "Call", "Capture", "CaptureFormatError", "ModelInfo",
-    "SessionInfo", "TensorSpec", "read_capture", "compare_arrays", "compare_captures", "EXIT_OK", "EXIT_MISMATCH",
-    "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "AppComparison", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
-    "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for", "error_budget", "snr_bar_db",
-    "ModelInputs", "generate_inputs", "load_inputs", "load_data_loader", "ModelRuns", "Timing", "run_model",
-    "compare_model_runs", "TensorSet", "read_tensors", "save_tensors",
-])
+__all__ = [  # sorted (tests/test_architecture.py); a literal list, so type checkers see the exports
+    "AppComparison", "BackendRun", "Call", "CallComparison", "Capture", "CaptureFormatError",
+    "CaptureHandle", "CaptureLimitWarning", "CaptureWriter", "DEFAULT_MAX_BYTES", "DiffAssertionError",
+    "DiffResult", "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "FORMAT",
+    "FORMAT_VERSION", "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS",
+    "STATES", "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances",
+    "assert_backends_agree", "assert_close", "check", "compare", "compare_arrays", "compare_captures",
+    "compare_model_runs", "default_directory", "error_budget", "generate_inputs", "load_data_loader",
+    "load_inputs", "localize_failures", "metrics", "parse_backends", "parse_tol_override", "precision_for",
+    "read_capture", "read_tensors", "run", "run_model", "save_tensors", "snr_bar_db", "start_capture",
+]

@@ -246,3 +246,6 @@ class PartitionReport:
     def __str__(self) -> str:
         return self.summary()
 
+    def __repr__(self) -> str:
+        return f"<PartitionReport {self.summary()} (source {self.source})>"
+

@@ -211,6 +211,10 @@ class QuantizeResult:
     opset_upgrades: tuple[OpsetUpgrade, ...] = ()
     fragile: FragilePlan | None = None
 
+    def __repr__(self) -> str:
+        return (f"<QuantizeResult {self.precision} ({self.activation_type} activations, {self.weight_type} weights) "
+                f"{self.path}: {self.qdq_nodes} Q/DQ nodes, {self.samples} calibration sample(s), {self.seconds:.1f} s>")
+
 
 def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Iterable[Mapping[str, np.ndarray]], *,
                  precision: str = "w8a16", per_channel: bool = True, calibrate_method: str = "MinMax",
