@@ -4,7 +4,6 @@ ends in public calls of :mod:`onnxwrapper.diff` (:mod:`aipc._args`)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 

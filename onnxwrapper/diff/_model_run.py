@@ -92,7 +92,12 @@ class Timing:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:.3g} ms"
+    if seconds is None:
+        return "-"
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    ms = seconds * 1e3
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms" if ms >= 10 else f"{ms:.3g} ms"
 
 
 def timing_lines(timings: Mapping[str, Mapping[str, Any]]) -> list[str]:
