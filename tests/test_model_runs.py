@@ -261,3 +261,12 @@ def test_model_diff_on_qnn_with_value_range_localizes_the_fp16_overflow(tmp_path
     assert loc["cause"] == "overflow" and loc["culprit"]["node"] == "scale_up", loc["message"]
     assert rep["timings"]["qnn"]["simulated"] and "QNNExecutionProvider" in rep["timings"]["qnn"]["partition"]
     assert "simulated device: not device speed" in proc.stdout
+
+
+def test_a_crashed_backend_is_incomplete_and_saves_nothing(tmp_path, conv, child_env):
+    proc = aipc(["diff", "--model", "conv.onnx", "--backends", "cpu,perturb", "--backend-option", "perturb:crash=true",
+                 "--input-shapes", "X:[1,3,8,8]", "--save-outputs", "out.npz", "--dir", "d", "-q", "--no-html"],
+                tmp_path, child_env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "verdict: INCOMPLETE — perturb: crashed — killed by SIGSEGV" in proc.stdout
+    assert (tmp_path / "out-cpu.npz").exists() and not (tmp_path / "out-perturb.npz").exists()

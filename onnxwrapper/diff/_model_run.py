@@ -158,15 +158,28 @@ class ModelRuns:
             raise ValueError(f"run '{label}' left no readable capture ({exc})") from exc
         return [c.outputs() for c in sorted(cap.calls, key=lambda c: c.index)]
 
-    def save_outputs(self, path, label: str | None = None) -> str:
+    def save_outputs(self, path, label: str | None = None) -> str | None:
         """Save run ``label``'s outputs with the inputs they came from (one tensor file,
         :func:`onnxwrapper.diff.save_tensors`) — what ``--load-outputs`` reads on another machine.
-        ``label`` defaults to the only run. Returns the path written."""
+        ``label`` defaults to the only run.
+
+        Returns:
+            The path written; ``None`` when the run recorded no output (it failed: ``runs[label]``
+            says why). A run that failed after some iterations saves those.
+
+        Raises:
+            ValueError: several runs and no ``label``. KeyError: no such run.
+        """
         if label is None:
             if len(self.runs) != 1:
                 raise ValueError(f"several runs ({', '.join(self.runs)}): name the one to save")
             label = next(iter(self.runs))
-        outputs = self.outputs(label)
+        try:
+            outputs = self.outputs(label)
+        except ValueError:
+            return None
+        if not outputs:
+            return None
         run = self.runs[label]
         facts = model_facts(self.model)
         return save_tensors(path, self.inputs.iterations[:len(outputs)], outputs,
