@@ -74,6 +74,12 @@ class NativeType:
     storage: np.dtype
     quantized: bool = False
 
+    @property
+    def canonical(self) -> str:
+        """The qai_appbuilder-style lower-case name (``"sfp8"`` for snpe-dlc-info's ``Fxp_8``)."""
+        key = self.name.strip()
+        return _DLC.get(key, key).lower()
+
 
 _PLAIN = {"float32": "f4", "float": "f4", "fp32": "f4", "float16": "f2", "fp16": "f2", "float64": "f8",
           "int8": "i1", "int16": "i2", "int32": "i4", "int64": "i8", "uint8": "u1", "uint16": "u2",
@@ -182,7 +188,9 @@ def _native_cast(dtype: np.dtype, t: NativeType) -> str | None:
     return None
 
 
-def _float_ok(dtype: np.dtype, t: NativeType) -> bool:
+def _float_ok(dtype: np.dtype, t: NativeType, unsupported: frozenset = frozenset()) -> bool:
+    if t.canonical in unsupported:
+        return False
     if dtype == np.float32:
         return t.storage.kind in "fiub"
     return not t.quantized and t.storage == dtype and dtype in _FLOAT_EXACT
@@ -214,7 +222,7 @@ def _match(onnx_args, natives, direction: str, name_map: Mapping[str, str], wher
 
 def plan_io(onnx_args: Sequence[NodeArgInfo], natives: Sequence[NativeTensor], *, direction: str,
             mode: str = "auto", name_map: Mapping[str, str] | None = None, where: str | None = None,
-            unknown_shapes: set | frozenset = frozenset()) -> IoPlan:
+            unknown_shapes: set | frozenset = frozenset(), float_unsupported: frozenset = frozenset()) -> IoPlan:
     """Match ONNX tensors to native ones and choose the exchange mode (see the module docstring).
 
     Args:
@@ -225,6 +233,9 @@ def plan_io(onnx_args: Sequence[NodeArgInfo], natives: Sequence[NativeTensor], *
         name_map: explicit ``{onnx name: native name}``.
         where: artifact path for error messages.
         unknown_shapes: names whose ONNX shape is unknown (outputs only): the compiled shape is used.
+        float_unsupported: canonical native type names (:attr:`NativeType.canonical`) the runtime's
+            float conversion cannot handle; float mode is refused for them (e.g. qai_appbuilder
+            2.51 has none for ``sfp8``/``sfp16``/``sfp32``/``ufp32``).
 
     Raises:
         ArtifactError: unmatched names, layout/shape mismatch, or dtypes neither mode can serve.
@@ -243,18 +254,22 @@ def plan_io(onnx_args: Sequence[NodeArgInfo], natives: Sequence[NativeTensor], *
         plans.append(TensorPlan(arg, np.dtype(dtype), natives[idx], idx, shape,
                                 _native_cast(np.dtype(dtype), natives[idx].type)))
     ok = {"native": all(p.cast is not None for p in plans),
-          "float": all(_float_ok(p.dtype, p.native.type) for p in plans)}
+          "float": all(_float_ok(p.dtype, p.native.type, float_unsupported) for p in plans)}
     chosen = mode if mode != "auto" else ("native" if ok["native"] else "float")
     if not ok.get(chosen, False):
         why = {"native": [p for p in plans if p.cast is None],
-               "float": [p for p in plans if not _float_ok(p.dtype, p.native.type)]}
+               "float": [p for p in plans if not _float_ok(p.dtype, p.native.type, float_unsupported)]}
         parts = [f"{m} mode fails for " + ", ".join(f"'{p.onnx.name}' (ONNX {p.onnx.type}, compiled "
                                                   f"{p.native.type.name})" for p in why[m])
                  for m in (("native", "float") if mode == "auto" else (chosen,))]
+        blocked = sorted({p.native.type.canonical for p in plans if p.native.type.canonical in float_unsupported})
+        note = (f" This runtime has no float conversion for {', '.join(blocked)} tensors: use {direction}_mode="
+                f"'native' with the integer storage type as the ONNX dtype (int8/int16/int32 for sfp8/16/32, "
+                f"uint32 for ufp32), or recompile with float32, ufp8 or ufp16 IO." if blocked else "")
         raise ArtifactError(
             f"The model's {direction}s cannot be exchanged with the compiled graph: {'; '.join(parts)}. Native "
             f"mode needs identical types (or int64 stored as int32); float mode needs float32 ONNX tensors or "
-            f"types float32 represents exactly. Recompile with matching IO types (QAIRT converters: "
+            f"types float32 represents exactly.{note} Recompile with matching IO types (QAIRT converters: "
             f"--preserve_io) or choose another {direction}_mode.", path=where)
     return IoPlan(direction, chosen, tuple(plans), len(natives))
 

@@ -52,11 +52,15 @@ _PERF = _PerfProfiles()
 
 
 def _cleanup(module, ctx, holds_profile: bool) -> None:
+    """Release the perf profile (when this session holds it) *before* the context: qai_appbuilder
+    2.51's ``RelPerfProfileGlobal`` needs a loaded model (after the last context is destroyed it logs
+    "HTP infrastructure is not available (context released?)" and fails), and Qualcomm's samples
+    release the profile right after ``Inference``, before ``del model``."""
     try:
-        ctx.release()
-    finally:
         if holds_profile:
             _PERF.release(module)
+    finally:
+        ctx.release()
 
 
 class QaiSession(ForeignSession):

@@ -16,9 +16,12 @@ Contract (facts: qai_appbuilder 2.51.40, its source and its behaviour; see docs/
 * **One ``QNNContext`` per session** under a unique model name (the native model map never
   overwrites a name). Input/output data types are ``NATIVE`` whenever the graph's IO types
   allow and ``FLOAT`` otherwise, per direction; when the first load guessed wrong it is reloaded
-  once with the right types. ``QNNConfig.Config`` is called with keywords (2.51 signature).
+  once with the right types. FLOAT is refused for ``sfp8/16/32``/``ufp32`` tensors
+  (:data:`NO_FLOAT_CONVERSION`). ``QNNConfig.Config`` is called with keywords (2.51 signature). A
+  binary that fails to load (2.51 does not raise; its getters return ``[]``) is an ArtifactError.
 * **Perf profile** (``burst`` by default) is set once per session with ``SetPerfProfileGlobal``
-  after the model is loaded and released when the last session using it closes; ``Inference`` is
+  after the model is loaded and released when the last session using it closes, before its
+  context is released (``RelPerfProfileGlobal`` needs a loaded model); ``Inference`` is
   always called with ``PerfProfile.DEFAULT``. The profile is process-wide: a session asking for a
   different one while another is active raises BackendConfigConflictError.
 * **Runs** are validated before the native call (the native layer reads the byte length it
@@ -63,6 +66,9 @@ _LOG_LEVELS = {"error": "ERROR", "warn": "WARN", "info": "INFO", "verbose": "VER
 _ORT_SEVERITY = {0: "verbose", 1: "info", 2: "warn", 3: "error", 4: "error"}
 _ARTIFACT_SUFFIXES = (".htp.bin", ".cpu.bin", ".gpu.bin", ".dll.bin", ".so.bin", "_ctx_qnn.bin", ".dlc.bin",
                       ".dlc", ".bin")
+#: native types qai_appbuilder 2.51's FLOAT mode cannot convert: IOTensor.cpp copyFromFloatToNative /
+#: convertToFloat fall to "Datatype not supported yet!" for them, so every Inference returns [].
+NO_FLOAT_CONVERSION = frozenset({"sfp8", "sfp16", "sfp32", "ufp32"})
 
 
 def _graph(value):
@@ -246,6 +252,7 @@ class QaiBackend(Backend):
         modes = ["native" if cfg[k] == "auto" else cfg[k] for k in ("input_mode", "output_mode")]
         ctx = self._load(module, artifact, *modes)
         try:
+            self._check_loaded(ctx, artifact)
             graph_index = self._graph_index(ctx, artifact)
             natives = [self._native_io(ctx, graph_index, d, artifact) for d in ("Input", "Output")]
             if model is not None:
@@ -254,7 +261,7 @@ class QaiBackend(Backend):
                 inputs, outputs = fio.node_args_from_native(natives[0]), fio.node_args_from_native(natives[1])
                 meta, unknown = ModelMetadataInfo(graph_name=str(ctx.getGraphName(graph_index))), set()
             plans = [fio.plan_io(args, nat, direction=d, mode=cfg[f"{d}_mode"], name_map=cfg["name_map"],
-                                 where=artifact, unknown_shapes=unknown)
+                                 where=artifact, unknown_shapes=unknown, float_unsupported=NO_FLOAT_CONVERSION)
                      for args, nat, d in zip((inputs, outputs), natives, ("input", "output"))]
             if [p.mode for p in plans] != modes:
                 ctx.release()
@@ -324,6 +331,17 @@ class QaiBackend(Backend):
         except (ValueError, RuntimeError) as exc:
             raise ArtifactError(f"qai_appbuilder could not load {artifact}: {exc}", path=artifact) from exc
 
+    def _check_loaded(self, ctx, artifact: str) -> None:
+        """ArtifactError when the binary did not load. qai_appbuilder 2.51's constructor ignores a
+        failed ``ModelInitialize`` (no exception); every getter then returns an empty result and
+        logs "model not found or released" (qai-appbuilder ``LibAppBuilder.cpp``)."""
+        if not self._call(ctx.getInputName, 0, artifact) and not self._call(ctx.getGraphName, 0, artifact):
+            raise ArtifactError(
+                f"qai_appbuilder could not load {artifact}: it reports no graph and no tensors for it (qai_appbuilder "
+                f"does not raise for a binary that fails to load). Check that the file is a QNN context binary or "
+                f"DLC compiled for this device's HTP architecture with a QAIRT version not newer than the runtime's; "
+                f"backend_options={{'log_level': 'verbose'}} shows QNN's own log.", path=artifact)
+
     def _graph_index(self, ctx, artifact: str) -> int:
         wanted = self.config["graph"]
         if wanted is None or isinstance(wanted, int):
@@ -354,6 +372,10 @@ class QaiBackend(Backend):
         names = self._call(getattr(ctx, f"get{which}Name"), graph_index, artifact)
         shapes = self._call(getattr(ctx, f"get{which}Shapes"), graph_index, artifact)
         types = self._call(getattr(ctx, f"get{which}DataType"), graph_index, artifact)
+        if not names and graph_index:
+            raise ArtifactError(f"{artifact} has no graph {graph_index}: qai_appbuilder reports no {which.lower()}s "
+                                f"for that index (it logs 'invalid graphIdx'). Select an existing graph with "
+                                f"backend_options={{'graph': ...}} (`aipc inspect` lists them).", path=artifact)
         if not names or not (len(names) == len(shapes) == len(types)):
             raise ArtifactError(f"qai_appbuilder reported inconsistent {which.lower()}s for graph {graph_index} of "
                                 f"{artifact} (names {names}, shapes {shapes}, types {types}).", path=artifact)

@@ -13,13 +13,17 @@ Contract (facts: QAIRT SDK docs "Tools" for snpe-net-run / snpe-dlc-info; see do
 * **IO check at open.** ``snpe-dlc-info -i <dlc> -s <csv>`` lists the DLC's input/output names,
   dims and types; names, layouts (never guessed) and the exchange mode are planned exactly as for
   ``qai`` (:mod:`onnxwrapper.backends._foreign_io`): ``native`` → raw files in the DLC's types with
-  ``--use_native_input_files`` / ``--use_native_output_files``; ``float`` → float32 raw files that
-  SNPE converts with the DLC's quantization encodings.
+  ``--use_native_input_files`` / ``--use_native_output_files``, which snpe-net-run's help says
+  "Must be used with --userbuffer_xxx": ``--userbuffer_auto`` (user buffers with the types
+  detected from the DLC) is passed with them; ``float`` → float32 raw files that SNPE converts
+  with the DLC's quantization encodings.
 * **Run.** Each ``run`` writes one raw file per input into a private temporary folder, one input
   list line ``name:=file …``, runs ``snpe-net-run --container … --input_list … --output_dir …``
   with ``--use_dsp``/``--use_gpu``/``--use_aip`` (nothing for ``cpu``, SNPE's default) and
-  ``--perf_profile``, and reads every requested output from ``Result_0/<name>.raw`` of that single
-  run. No CPU fallback flag is ever passed. A non-zero exit, a timeout or a missing/short output
+  ``--perf_profile``, and reads every requested output from ``Result_0`` of that single run:
+  ``<name>.raw``, and in native output mode first ``<name>_native.raw`` (how snpe-net-run names
+  native output files is not documented; qnn-net-run, built from the same sample app, writes
+  ``<name>_native.raw`` for tensors that are not float32). No CPU fallback flag is ever passed. A non-zero exit, a timeout or a missing/short output
   file raises :class:`~onnxwrapper.errors.BackendRunError` with the tool's message.
   Every run starts a process that loads the DLC: expect its init time per call.
 * **engine.** ``"net-run"``, ``"qai_appbuilder"`` (the DLC goes through the ``qai`` backend's
@@ -175,6 +179,7 @@ class SnpeSession(ForeignSession):
         super().__init__(backend="snpe", **kwargs)
         self._sdk, self._dlc, self._native_inputs = sdk, dlc, native_inputs
         self._flags, self._timeout = command_flags, timeout
+        self._native_outputs = self._out.mode == "native"
 
     def _invoke(self, buffers: list, wanted: list):
         with tempfile.TemporaryDirectory(prefix="onnxwrapper-snpe-") as tmp:
@@ -197,15 +202,20 @@ class SnpeSession(ForeignSession):
                 raise BackendRunError(f"[ONNXRuntimeError] : 11 : EP_FAIL : snpe-net-run exited with code "
                                          f"{proc.returncode}: {tail}", backend="snpe")
             result = os.path.join(tmp, "output", "Result_0")
-            return {p.index: np.fromfile(self._output_file(result, p.native.name), dtype=np.uint8) for p in wanted}
+            return {p.index: np.fromfile(self._output_file(result, p.native.name, self._native_outputs),
+                                         dtype=np.uint8) for p in wanted}
 
     @staticmethod
-    def _output_file(result_dir: str, name: str) -> str:
+    def _output_file(result_dir: str, name: str, native: bool = False) -> str:
+        """The raw file of output ``name``: ``<name>.raw`` (``:`` → ``_`` and QAIRT-sanitized names
+        too); with native output files ``<name>_native.raw`` first (see the module docstring)."""
         candidates = dict.fromkeys([name, name.replace(":", "_"), fio.sanitize_qnn_name(name)])
+        suffixes = ("_native.raw", ".raw") if native else (".raw",)
         for candidate in candidates:
-            path = os.path.join(result_dir, *candidate.split("/")) + ".raw"
-            if os.path.isfile(path):
-                return path
+            for suffix in suffixes:
+                path = os.path.join(result_dir, *candidate.split("/")) + suffix
+                if os.path.isfile(path):
+                    return path
         found = sorted(os.path.relpath(p, result_dir) for p in glob.glob(os.path.join(result_dir, "**", "*.raw"),
                                                                           recursive=True))
         raise BackendRunError(f"[ONNXRuntimeError] : 11 : EP_FAIL : snpe-net-run wrote no output file for "
@@ -314,6 +324,8 @@ class SnpeBackend(Backend):
         flags = [*_RUNTIME_FLAGS[cfg["runtime"]], "--perf_profile", cfg["perf_profile"]]
         flags += ["--use_native_input_files"] if plans[0].mode == "native" else []
         flags += ["--use_native_output_files"] if plans[1].mode == "native" else []
+        if "native" in (plans[0].mode, plans[1].mode):
+            flags.append("--userbuffer_auto")  # the native-file flags "Must be used with --userbuffer_xxx"
         provider = f"SNPE({cfg['runtime']}{',' + sdk.tag if sdk.tag else ''})"
         options = {"artifact": dlc, "runtime": cfg["runtime"], "perf_profile": cfg["perf_profile"],
                    "input_files": plans[0].mode, "output_files": plans[1].mode, "sdk_root": sdk.root}

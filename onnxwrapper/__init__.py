@@ -38,6 +38,7 @@ from onnxwrapper.errors import BackendUnavailableError as BackendUnavailableErro
 from onnxwrapper.errors import BackendValidationError as BackendValidationError
 from onnxwrapper.errors import OnnxwrapperError as OnnxwrapperError
 from onnxwrapper.errors import PartitionError as PartitionError
+from onnxwrapper.errors import RemoteJobError as RemoteJobError
 from onnxwrapper.errors import SessionClosedError as SessionClosedError
 from onnxwrapper.kernel import NodeAssignment as NodeAssignment
 from onnxwrapper.kernel import PartialOffloadWarning as PartialOffloadWarning
@@ -63,6 +64,7 @@ _OWN = [
     "BackendConfigConflictError",
     "BackendRunError",
     "PartitionError",
+    "RemoteJobError",
     "ArtifactError",
     "SessionClosedError",
 ]

@@ -18,6 +18,7 @@ Hierarchy::
     │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
     │   │   ├── BackendConfigConflictError    (also RuntimeError) process-global config clash
     │   │   ├── BackendRunError               (also onnxruntime EPFail) the native runtime failed
+    │   │   │   └── RemoteJobError            a remote service's job or request failed (.job_url)
     │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   └── ArtifactError                     .path: compiled artifact or cache entry problems
@@ -43,6 +44,7 @@ __all__ = [
     "InternalError",
     "OnnxwrapperError",
     "PartitionError",
+    "RemoteJobError",
     "SessionClosedError",
 ]
 
@@ -126,6 +128,27 @@ class BackendRunError(BackendError, _OrtEPFail):
     ``except EPFail`` in user code keeps working. Messages start with ORT's
     ``[ONNXRuntimeError] : 11 : EP_FAIL : `` prefix.
     """
+
+
+class RemoteJobError(BackendRunError):
+    """A job on a remote service (Qualcomm AI Hub: a compile or inference job) failed, did not finish
+    within the bounded wait, or could not be created (rate limits or service errors beyond the
+    retry budget).
+
+    Attributes:
+        job_id: the service's job id, or ``None`` when no job was created.
+        job_url: the job's web page (where the service shows its logs), or ``None``.
+        job_kind: ``"compile"``, ``"inference"`` or ``"profile"``.
+        status_message: the service's own failure text, when it gave one.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, job_id: str | None = None,
+                 job_url: str | None = None, job_kind: str = "", status_message: str | None = None) -> None:
+        super().__init__(message, backend=backend)
+        self.job_id = job_id
+        self.job_url = job_url
+        self.job_kind = job_kind
+        self.status_message = status_message
 
 
 class SessionClosedError(BackendError, _OrtFail):

@@ -20,7 +20,8 @@ tomllib = pytest.importorskip("tomllib")
 #: packages with a curated ``__all__`` (onnxwrapper itself also forwards onnxruntime's names: test_surface.py)
 PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "onnxwrapper.patches",
             "onnxwrapper.errors", "onnxwrapper.backends", "onnxwrapper.backends.base", "onnxwrapper.backends.qnn",
-            "onnxwrapper.backends.qai", "onnxwrapper.backends.snpe", "onnxwrapper.backends.cpu", "aipc_loader", "aipc"]
+            "onnxwrapper.backends.qai", "onnxwrapper.backends.snpe", "onnxwrapper.backends.cpu",
+            "onnxwrapper.backends.aihub", "aipc_loader", "aipc"]
 
 
 def _installed_layout(target: Path) -> Path:

@@ -91,3 +91,18 @@ def test_feed_signature_is_order_independent():
     b = {"Z": np.zeros(2, np.float32), "X": np.zeros((1, 3))}
     assert feed_signature(a) == feed_signature(b)
     assert feed_signature(a) != feed_signature({"X": np.zeros((2, 3)), "Z": np.zeros(2, np.float32)})
+
+
+def test_node_args_report_dims_as_onnxruntime_does():
+    """paddle2onnx writes ``dim_value: -1`` for unknown dims; ORT reports ``None`` (and 0 as 0)."""
+    from onnx import load_from_string
+
+    from onnxwrapper.kernel import node_args_from_onnx
+
+    g = h.make_graph([h.make_node("Identity", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [-1, 0, "?", 2])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [-1, 0, "?", 2])])
+    data = models.make_model(g)
+    inputs, outputs = node_args_from_onnx(load_from_string(data))
+    theirs = onnxruntime.InferenceSession(data)
+    assert [a.shape for a in inputs] == [i.shape for i in theirs.get_inputs()] == [[None, 0, "?", 2]]
+    assert [a.shape for a in outputs] == [o.shape for o in theirs.get_outputs()]

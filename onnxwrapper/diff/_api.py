@@ -14,6 +14,7 @@ import tempfile
 from typing import Callable, Iterable, Mapping
 
 from onnxwrapper.diff._app_level import NONE, STDOUT, judge_app, needs_rerun
+from onnxwrapper.diff._batched import device_notes
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
 from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
 from onnxwrapper.diff._compare import compare_captures
@@ -290,6 +291,7 @@ def _judge(directory: str, manifest: dict, runs: dict, tolerances: Tolerances, p
     result.runs = runs
     result.directory = directory
     result.script = {**manifest.get("target", {}), "mode": manifest.get("mode", "live")}
+    result.notes.extend(device_notes(runs))
     if caps.get(reference) is not None and not caps[reference].calls and runs.get(reference) and runs[reference].ok:
         result.notes.append("the script made no InferenceSession run call on the reference: nothing was compared "
                             "(does it create its sessions through onnxruntime / onnxwrapper?).")

@@ -91,6 +91,7 @@ def _live(ns, options: dict) -> int:
 
 def _replay(ns, options: dict) -> int:
     from onnxwrapper import InferenceSession
+    from onnxwrapper.diff import _batched
     from onnxwrapper.diff._capture import CaptureWriter
     from onnxwrapper.diff._capture_reader import read_capture
 
@@ -106,6 +107,7 @@ def _replay(ns, options: dict) -> int:
     sessions: dict[int, object] = {}
     errors: list[str] = []
     failed_sessions: set[int] = set()
+    batched: dict[int, list] = {}  # sessions whose backend runs many feeds at once (run_batch): their calls
     try:
         for call in ref.calls:
             if call.method == "run_with_iobinding" or call.session in failed_sessions:
@@ -123,6 +125,9 @@ def _replay(ns, options: dict) -> int:
                     traceback.print_exc()
                     continue
                 sessions[call.session] = sess
+            if _batched.batch_runner(sess) is not None:
+                batched.setdefault(call.session, []).append(call)
+                continue
             feeds = call.inputs()
             start = time.perf_counter()
             try:
@@ -133,6 +138,14 @@ def _replay(ns, options: dict) -> int:
                 continue
             writer.observe(session=sess, method="run", output_names=list(call.output_names), input_feed=feeds,
                            outputs=outputs, seconds=time.perf_counter() - start, call_key=(call.session, call.index))
+        for ordinal, calls in batched.items():
+            for call, feeds, outputs, seconds, exc in _batched.replay_batch(sessions[ordinal], calls):
+                if exc is not None:
+                    errors.append(f"session {call.session} call {call.index} (batched): {type(exc).__name__}: {exc}")
+                    continue
+                writer.observe(session=sessions[ordinal], method="run", output_names=list(call.output_names),
+                               input_feed=feeds, outputs=outputs, seconds=seconds, call_key=(call.session, call.index))
+        _batched.write_device_profiles(ns.capture, sessions, {c.session: c.model for c in ref.calls})
     finally:
         writer.close()
     if errors:

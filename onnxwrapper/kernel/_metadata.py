@@ -73,7 +73,7 @@ def _shape(type_proto) -> list:
     dims = []
     for d in type_proto.tensor_type.shape.dim:
         if d.HasField("dim_value") and d.dim_value >= 0:
-            dims.append(int(d.dim_value))
+            dims.append(int(d.dim_value))  # a negative dim_value (paddle2onnx writes -1) is unknown: ORT says None
         elif d.HasField("dim_param"):
             dims.append(d.dim_param)
         else:

@@ -7,7 +7,14 @@ like any third-party backend (see :func:`plugged_in`). Production code knows not
   package of this folder (it enforces qai_appbuilder 2.51's signatures and native quirks);
 * :class:`FakeSnpeBackend` — :class:`~onnxwrapper.backends.snpe.SnpeBackend` whose SDK (found as
   usual, e.g. the fake tree of ``fake_qairt.make_fake_sdk`` in ``QAIRT_SDK_ROOT``) is labelled
-  FAKE and whose ``qai_appbuilder`` engine is :class:`FakeQaiBackend`.
+  FAKE and whose ``qai_appbuilder`` engine is :class:`FakeQaiBackend`;
+* :class:`FakeAihubBackend` — :class:`~onnxwrapper.backends.aihub.AihubBackend` whose
+  :meth:`~onnxwrapper.backends.aihub.AihubBackend.load_client` returns the qai-hub TEST DOUBLE of
+  this folder (``qai_hub``: it enforces qai-hub 0.56's API and runs models with onnxruntime) with
+  the double's simulated clock.
+
+In this process :func:`plugged_in` installs them; child processes (``aipc diff`` runs) find them
+through :func:`plugin_distribution`, a distribution on ``PYTHONPATH`` whose entry points name them.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import os
 from typing import Iterator
 
 import importlib_metadata
 
 from onnxwrapper._registry import ENTRY_POINT_GROUP, default_registry
+from onnxwrapper.backends.aihub import AihubBackend, HubClient
 from onnxwrapper.backends.qai import QaiBackend, QaiSdk
 from onnxwrapper.backends.snpe import SnpeBackend
 from onnxwrapper.errors import BackendUnavailableError
@@ -49,6 +58,37 @@ class FakeSnpeBackend(SnpeBackend):
     @classmethod
     def qai_backend(cls):
         return FakeQaiBackend
+
+
+class FakeAihubBackend(AihubBackend):
+    """``aihub`` bound to the qai-hub TEST DOUBLE (this folder must be on ``sys.path``)."""
+
+    @classmethod
+    def load_client(cls) -> HubClient:
+        try:
+            module = importlib.import_module("qai_hub")
+        except ImportError as exc:  # the seam's contract: unavailable, with a reason
+            raise BackendUnavailableError(f"the qai-hub TEST DOUBLE is not importable ({exc})", backend="aihub",
+                                          reason=f"the qai-hub TEST DOUBLE is not importable ({exc})") from exc
+        return HubClient(module, module.Client(), module.__version__, clock=module.farm.clock, real_service=False,
+                         tag="FAKE")
+
+
+def plugin_distribution(directory, **plugins: str) -> str:
+    """Write a minimal distribution (``onnxwrapper_test_plugins-0.dist-info``) into ``directory``
+    whose entry points register ``plugins`` (``{name: "module:Class"}``) in the backend group, and
+    return ``directory``. Put it first on a child's ``PYTHONPATH`` (with this folder): importlib
+    metadata then lists these entry points before the installed ones, and the registry takes the
+    first entry point of each name. The child's working directory must not be the repository:
+    ``python -m`` puts it first on ``sys.path``, and its ``onnxwrapper.egg-info`` (editable install)
+    would list the installed backends first."""
+    info = os.path.join(os.fspath(directory), "onnxwrapper_test_plugins-0.dist-info")
+    os.makedirs(info, exist_ok=True)
+    with open(os.path.join(info, "METADATA"), "w", encoding="utf-8") as f:
+        f.write("Metadata-Version: 2.1\nName: onnxwrapper-test-plugins\nVersion: 0\n")
+    with open(os.path.join(info, "entry_points.txt"), "w", encoding="utf-8") as f:
+        f.write(f"[{ENTRY_POINT_GROUP}]\n" + "".join(f"{n} = {v}\n" for n, v in plugins.items()))
+    return os.fspath(directory)
 
 
 @contextlib.contextmanager

@@ -31,12 +31,12 @@ import numpy as np
 FORMAT = "onnxwrapper-FAKE-qnn-artifact"
 _STORAGE = {"float32": "f4", "float16": "f2", "float64": "f8", "int8": "i1", "int16": "i2", "int32": "i4",
             "int64": "i8", "uint8": "u1", "uint16": "u2", "uint32": "u4", "uint64": "u8", "bool_": "?",
-            "ufp8": "u1", "ufp16": "u2", "sfp8": "i1", "sfp16": "i2"}
-_QUANTIZED = {"ufp8", "ufp16", "sfp8", "sfp16"}
+            "ufp8": "u1", "ufp16": "u2", "ufp32": "u4", "sfp8": "i1", "sfp16": "i2", "sfp32": "i4"}
+_QUANTIZED = {"ufp8", "ufp16", "ufp32", "sfp8", "sfp16", "sfp32"}
 _DLC_NAMES = {"float32": "Float_32", "float16": "Float_16", "float64": "Float_64", "int8": "Int_8",
               "int16": "Int_16", "int32": "Int_32", "int64": "Int_64", "uint8": "uInt_8", "uint16": "uInt_16",
               "uint32": "uInt_32", "uint64": "uInt_64", "bool_": "Bool_8", "ufp8": "uFxp_8", "ufp16": "uFxp_16",
-              "sfp8": "Fxp_8", "sfp16": "Fxp_16"}
+              "ufp32": "uFxp_32", "sfp8": "Fxp_8", "sfp16": "Fxp_16", "sfp32": "Fxp_32"}
 
 
 class NotAFakeArtifact(ValueError):

@@ -10,8 +10,14 @@ docs "Tools"; Olive's snpe wrapper for the output naming) on a fake DLC (``fake_
   for single-input graphs); lines starting with ``#`` or ``%`` name output layers/tensors.
 * raw files are float32 unless ``--use_native_input_files`` (native dtypes); a file whose size
   differs from the tensor is an error (SNPE ≥ 2.6 checks buffer sizes in execute()).
+* ``--use_native_input_files`` / ``--use_native_output_files`` without any ``--userbuffer_*`` flag
+  is an error (exit 1), as the help says: "Must be used with --userbuffer_xxx"; so is
+  ``--userbuffer_auto`` with ``--encoding_type`` ("Cannot be combined with --encoding_type").
 * outputs go to ``<output_dir>/Result_<n>/<tensor name>.raw`` (``/`` in names makes folders; ``:``
-  becomes ``_`` on Windows), float32 unless ``--use_native_output_files``.
+  becomes ``_`` on Windows), float32 unless ``--use_native_output_files``; then outputs that are
+  not float32 are written as ``<tensor name>_native.raw`` (as qnn-net-run names them; how
+  snpe-net-run names them is undocumented), or ``<tensor name>.raw`` with
+  ``FAKE_SNPE_NATIVE_OUTPUT_NAMES=plain``.
 * with ``FAKE_SNPE_LOG=<file>`` each call appends its argument list as one JSON line there.
 * runtimes not listed in ``FAKE_SNPE_RUNTIMES`` (default ``cpu,gpu,dsp``) fail with exit 1, as the
   real tool does without ``--enable_cpu_fallback``; a graph with ``"fail": true`` exits 1.
@@ -37,15 +43,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input_list", required=True)
     p.add_argument("--output_dir", default="output")
     for flag in ("--use_cpu", "--use_gpu", "--use_dsp", "--use_aip", "--use_native_input_files",
-                 "--use_native_output_files", "--userbuffer_float", "--userbuffer_tf8", "--userbuffer_auto",
-                 "--enable_cpu_fallback", "--debug"):
+                 "--use_native_output_files", "--enable_cpu_fallback", "--debug", *_USERBUFFER_SWITCHES):
         p.add_argument(flag, action="store_true")
+    for flag in _USERBUFFER_VALUES:
+        p.add_argument(flag)
+    p.add_argument("--encoding_type")
     p.add_argument("--perf_profile", choices=["default", "balanced", "high_performance", "power_saver",
                                               "system_settings", "sustained_high_performance", "burst",
                                               "low_power_saver", "high_power_saver", "low_balanced",
                                               "extreme_power_saver"])
     p.add_argument("--set_output_tensors")
     return p
+
+
+_USERBUFFER_SWITCHES = ("--userbuffer_auto", "--userbuffer_float", "--userbuffer_tf8", "--userbuffer_float_output",
+                        "--userbuffer_tf8_output")
+_USERBUFFER_VALUES = ("--userbuffer_floatN", "--userbuffer_tfN", "--userbuffer_floatN_output",
+                      "--userbuffer_tfN_output", "--userbuffer_uintN_output")
 
 
 def _fail(message: str) -> int:
@@ -58,6 +72,12 @@ def main(argv=None) -> int:
         with open(os.environ["FAKE_SNPE_LOG"], "a", encoding="utf-8") as f:
             f.write(json.dumps(sys.argv[1:] if argv is None else list(argv)) + "\n")
     args = _parser().parse_args(argv)
+    userbuffer = any(getattr(args, f[2:]) for f in _USERBUFFER_SWITCHES + _USERBUFFER_VALUES)
+    for flag in ("--use_native_input_files", "--use_native_output_files"):
+        if getattr(args, flag[2:]) and not userbuffer:
+            return _fail(f"{flag}: Must be used with --userbuffer_xxx.")
+    if args.userbuffer_auto and args.encoding_type:
+        return _fail("--userbuffer_auto cannot be combined with --encoding_type.")
     runtime = "dsp" if args.use_dsp else "gpu" if args.use_gpu else "aip" if args.use_aip else "cpu"
     available = os.environ.get("FAKE_SNPE_RUNTIMES", "cpu,gpu,dsp").split(",")
     if runtime not in available:
@@ -95,7 +115,9 @@ def main(argv=None) -> int:
         result = os.path.join(args.output_dir, f"Result_{n}")
         for t, o in zip(g["outputs"], outs):
             name = t["name"].replace(":", "_") if sys.platform == "win32" else t["name"]
-            path = os.path.join(result, *name.split("/")) + ".raw"
+            native_name = (args.use_native_output_files and fq.storage(t["dtype"]) != np.float32
+                           and os.environ.get("FAKE_SNPE_NATIVE_OUTPUT_NAMES", "native") == "native")
+            path = os.path.join(result, *name.split("/")) + ("_native.raw" if native_name else ".raw")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             data = o if args.use_native_output_files else fq.to_float(o, t)
             np.ascontiguousarray(data).tofile(path)

@@ -7,8 +7,19 @@ the library's C++ source), because onnxwrapper must cope with them:
   model loaded under the same name silently keeps serving the first one (§C.12);
 * ``.dlc`` paths load ``<path>.bin`` instead when it exists and the runtime is HTP;
 * initialisation without a configured backend library, or with a model library path, ends the
-  process (``exitWithMessage`` → here ``SystemExit``); an unreadable binary fails quietly and the
-  later getters dereference a null engine (here ``RuntimeError``);
+  process (``exitWithMessage`` → here ``SystemExit``); an unreadable binary fails quietly (the
+  Python constructor ignores ``ModelInitialize``'s result): every later getter logs
+  ``"<getter>: model not found or released: <name>"`` and returns an empty result (``[]``, ``""``
+  for ``getGraphName``), and ``Inference`` returns ``[]`` (``LibAppBuilder::get*``,
+  ``pybind/AppBuilder.cpp`` of qai-appbuilder; the log strings are in 2.51.40's DLL); a graph index
+  out of range does the same with ``"<getter>: invalid graphIdx: <i>, graphsCount: <n>"``;
+* FLOAT mode has no float conversion for ``sfp8``/``sfp16``/``sfp32``/``ufp32`` tensors
+  (``IOTensor.cpp`` ``copyFromFloatToNative``/``convertToFloat``: ``"Datatype not supported
+  yet!"``): the context loads, the getters work, and every inference returns ``[]``;
+* ``RelPerfProfileGlobal`` after the last model was destroyed logs ``"RelPerfProfileGlobal::HTP
+  infrastructure is not available (context released?)"`` and fails (returns False): the
+  context's power configuration is gone with it; without a prior ``SetPerfProfileGlobal`` it logs
+  ``"You should set perf profile before you release it!"``;
 * inference checks the *number* of input buffers only: each buffer is read for the byte length
   the graph expects — a longer buffer is silently truncated, a shorter one is over-read (here:
   padded with 0xA5 garbage bytes); FLOAT mode force-casts inputs to float32 first, NATIVE mode
@@ -77,31 +88,38 @@ def destroy(model_name: str) -> bool:
     return _models.pop(model_name, None) is not None
 
 
-def _engine(model_name: str) -> _Engine:
+_GETTERS = {("inputs", "name"): "getInputName", ("inputs", "shape"): "getInputShapes",
+            ("inputs", "dtype"): "getInputDataType", ("outputs", "name"): "getOutputName",
+            ("outputs", "shape"): "getOutputShapes", ("outputs", "dtype"): "getOutputDataType"}
+#: native types FLOAT mode cannot convert (IOTensor.cpp: "Datatype not supported yet!")
+NO_FLOAT_CONVERSION = frozenset({"sfp8", "sfp16", "sfp32", "ufp32"})
+
+
+def _graph(model_name: str, graph_index: int, getter: str) -> dict | None:
+    """The graph, or ``None`` after logging what the real getter logs (it then returns ``{}``)."""
     engine = _models.get(model_name)
     if engine is None:
-        raise RuntimeError(f"FAKE qai_appbuilder: no native engine '{model_name}' (the real library "
-                           f"dereferences a null pointer here)")
-    return engine
-
-
-def _graph(model_name: str, graph_index: int) -> dict:
-    graphs = _engine(model_name).spec["graphs"]
+        _fake.log("WARN", f"{getter}: model not found or released: {model_name}")
+        return None
+    graphs = engine.spec["graphs"]
     if not 0 <= graph_index < len(graphs):
-        raise RuntimeError(f"FAKE qai_appbuilder: graph index {graph_index} out of range (undefined "
-                           f"behaviour in the real library)")
+        _fake.log("WARN", f"{getter}: invalid graphIdx: {graph_index}, graphsCount: {len(graphs)}")
+        return None
     return graphs[graph_index]
 
 
 def get_io(model_name: str, graph_index: int, direction: str, field: str) -> list:
-    """Getter backend: names, shapes (lists of int) or type names of a graph's inputs/outputs."""
-    tensors = _graph(model_name, graph_index)[direction]
-    key = {"name": "name", "shape": "shape", "dtype": "dtype"}[field]
-    return [list(t[key]) if field == "shape" else t[key] for t in tensors]
+    """Getter backend: names, shapes (lists of int) or type names of a graph's inputs/outputs;
+    ``[]`` (and a WARN log) for a model that failed to load or a bad graph index."""
+    g = _graph(model_name, graph_index, _GETTERS[(direction, field)])
+    if g is None:
+        return []
+    return [list(t[field]) if field == "shape" else t[field] for t in g[direction]]
 
 
 def graph_name(model_name: str, graph_index: int) -> str:
-    return _graph(model_name, graph_index)["name"]
+    g = _graph(model_name, graph_index, "getGraphName")
+    return "" if g is None else g["name"]
 
 
 def _read_exact(buffer: np.ndarray, nbytes: int) -> bytes:
@@ -133,6 +151,10 @@ def inference(model_name: str, inputs: list, perf_profile: str, graph_index: int
     g = engine.spec["graphs"][graph_index]
     if len(inputs) != len(g["inputs"]) or g.get("fail") or _fake.take_failure():
         return []
+    for mode, tensors in ((engine.in_type, g["inputs"]), (engine.out_type, g["outputs"])):
+        if _is_float(mode) and any(t["dtype"] in NO_FLOAT_CONVERSION for t in tensors):
+            _fake.log("ERROR", "Datatype not supported yet!")
+            return []
     natives = []
     for t, buf in zip(g["inputs"], inputs):
         count = int(np.prod(t["shape"]))
@@ -171,7 +193,13 @@ def set_perf_profile(profile: str) -> bool:
 
 
 def rel_perf_profile() -> bool:
+    """Fails (False, WARN log) without a prior set, or once no model is loaded any more."""
     _fake.record("native.rel_perf_profile")
-    if _state.pop("perf", None) is None:
+    if _state.get("perf") is None:
+        _fake.log("WARN", "You should set perf profile before you release it!")
         return False
+    if not _models:
+        _fake.log("WARN", "RelPerfProfileGlobal::HTP infrastructure is not available (context released?)")
+        return False
+    del _state["perf"]
     return True
