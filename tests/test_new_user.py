@@ -200,7 +200,7 @@ def test_examples_write_nothing_into_the_repository():
 
 # -- defect 9: docs and docstrings stand on their own ----------------------------------------------------
 _FOREIGN = re.compile(r"peers\.md|AIPC report|report §|\.\./shared|DESIGN\.md|STYLE\.md|issue \d+|anchor_\w+\.md|"
-                      r"research notes|shared research|ort_api\.md|outside the repo", re.I)
+                      r"research notes|shared research|ort_api\.md|outside the repo\b", re.I)
 
 
 def test_docs_and_docstrings_cite_nothing_a_user_does_not_have():
