@@ -1,26 +1,34 @@
-"""aipc compile: compile a model ahead of time for the QNN HTP (EPContext model + QNN context binary),
-optionally quantized (QDQ W8A16/W8A8 with captured calibration data), with operator patches, a
-DLC export, an accuracy check and a per-op profile.
+"""aipc compile: compile a model ahead of time for the QNN HTP (EPContext model + QNN context
+binary), optionally quantized (QDQ W8A16/W8A8 with captured calibration data), with operator
+patches, a DLC export, an accuracy check and a per-op profile.
 
 usage: aipc compile MODEL -o OUT [--target T] [--precision fp16|fp32|w8a16|w8a8]
-                      [--calibration DIR] [--max-samples N] [--shape NAME=D0,D1,...]... [--dim NAME=N]...
-                      [--per-tensor] [--no-keep-fragile] [--dlc] [--profile] [--no-patch] [--no-check]
-                      [--overwrite] [--json]
+                    [--calibration DIR] [--max-samples N]
+                    [--shape NAME=D0,D1,...]... [--dim NAME=N]...
+                    [--per-tensor] [--no-keep-fragile] [--dlc] [--profile]
+                    [--no-patch] [--no-check] [--overwrite] [--json]
 
-OUT is a directory (files are named after MODEL: <stem>_ctx.onnx + <stem>_ctx_qnn.bin, with
-quantization also <stem>_<precision>_qdq.onnx, with --dlc <stem>_dlc/*.dlc) or a path ending in
-.onnx for the EPContext model. A <stem>_ctx.onnx in MODEL's own folder is used automatically by
-onnxwrapper sessions (and `python -m aipc`) that open MODEL; any EPContext model can also be
-opened directly with onnxwrapper.InferenceSession(path, backend="qnn").
+OUT is a directory (files named after MODEL) or the path of the EPContext model (*.onnx).
+Files written:
+  <stem>_ctx.onnx + <stem>_ctx_qnn.bin   EPContext model + raw QNN context binary
+  <stem>_ctx_compile.json                everything the summary shows (options, shapes, patches,
+                                         partition, accuracy, profile, timings)
+  <stem>_<precision>_qdq.onnx            the QDQ model (w8a16, w8a8)
+  <stem>_dlc/*.dlc                       --dlc: one DLC per QNN partition (QNN's IR backend)
+  <stem>_ctx_profile.csv                 --profile: the QNN EP profiling CSV
+A <stem>_ctx.onnx in MODEL's own folder is used automatically by onnxwrapper sessions (and
+`python -m aipc`) that open MODEL; any EPContext model can also be opened directly with
+onnxwrapper.InferenceSession(path, backend="qnn").
 
-Steps (progress bar on a terminal): static shapes (--shape/--dim, else the captured feed shapes),
-patches for nodes the QNN EP rejects (in memory; --no-patch to skip), quantization
-(onnxruntime.quantization QNN config, QDQ), compilation (onnxwrapper.backends.qnn.compile_model;
-with --dlc also one DLC per QNN partition through QNN's IR backend: compile_model(dlc_dir=...)), accuracy check on the calibration samples (quantized: float on CPU vs QDQ
-on CPU vs QDQ on QNN, cosine and SNR per output, NaN/Inf per run and which run produced them; float:
-CPU vs QNN), --profile (QNN EP profiling, per-op cycles). Quantization converts the model in memory to
-the opset the quantizer needs and keeps LayerNorm/Softmax denominators out of 8 bits
-(--no-keep-fragile: off); the summary reports both. Simulator timings (x86-64 host) are not device timings.
+Steps (progress bar on a terminal): static shapes (--shape/--dim, else the captured feed shapes);
+patches for nodes the QNN EP rejects (in memory; --no-patch to skip); quantization
+(onnxruntime.quantization's QNN configuration, QDQ); compilation
+(onnxwrapper.backends.qnn.compile_model; with --dlc also the DLCs); the accuracy check on the
+calibration samples (quantized: float on CPU vs QDQ on CPU vs QDQ on QNN; float: CPU vs QNN;
+cosine and SNR per output, NaN/Inf per run and which run produced them); --profile (QNN EP
+profiling, per-op cycles). Quantization converts the model in memory to the opset the quantizer
+needs and keeps LayerNorm/Softmax denominators out of 8 bits (--no-keep-fragile: off); the
+summary reports both. Simulator timings (x86-64 host) are not device timings.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ usage:
   aipc diff [options] script.py [args…]
   aipc diff [options] -m module [args…]
   aipc diff --check DIR [tolerance options] [--localize]
+  aipc diff --model MODEL.onnx [options]     (a model: 'aipc diff --model M.onnx --help')
 
 Two levels are judged. Tensors: every InferenceSession.run of the script is recorded per backend
 and each output compared with the reference backend's, call by call, relative to the output's own
@@ -25,8 +26,9 @@ import json
 import os
 import sys
 
-from onnxwrapper.diff import (PRESETS, Tolerances, check, default_directory, localize_failures, parse_backends,
-                              parse_tol_override, run)
+from aipc._args import UsageError
+from aipc._args_compare import ToleranceArgs
+from onnxwrapper.diff import check, default_directory, localize_failures, parse_backends, run
 from onnxwrapper.diff._capture import parse_size
 from onnxwrapper.errors import BackendNotFoundError
 
@@ -55,21 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--max-calls-per-model", type=int, metavar="N", help="record at most N calls per model")
     run.add_argument("-m", dest="module", nargs=argparse.REMAINDER, metavar="MODULE [ARGS]",
                      help="run a module as 'python -m' does")
-    tol = parser.add_argument_group("Tolerances")
-    tol.add_argument("--preset", choices=("auto", "fp32", "fp16", "quantized"), default="auto",
-                     help="tolerance defaults (default: auto, from each backend's precision)")
-    tol.add_argument("--atol", type=float, help="absolute tolerance")
-    tol.add_argument("--rtol", type=float, help="relative tolerance (relative to the reference)")
-    tol.add_argument("--error-stat", choices=("elementwise", "max", "mean", "median", "quantile", "none"),
-                     help="how atol/rtol are checked")
-    tol.add_argument("--quantile", type=float, help="quantile for --error-stat quantile (default 0.99)")
-    tol.add_argument("--tol", action="append", default=[], metavar="NAME=ATOL:RTOL[:STAT]",
-                     help="per-output override; NAME is a glob on the output name or 'model/output' (repeatable)")
-    tol.add_argument("--min-cosine", type=float, metavar="C", help="require cosine similarity ≥ C")
-    tol.add_argument("--min-snr", type=float, metavar="DB", help="require SNR ≥ DB dB")
-    tol.add_argument("--min-psnr", type=float, metavar="DB", help="require PSNR ≥ DB dB")
-    tol.add_argument("--min-top1", type=float, metavar="F", help="require top-1 agreement ≥ F (class scores)")
-    tol.add_argument("--allow-nonfinite", action="store_true", help="do not fail on NaN/Inf mismatches")
+    ToleranceArgs().add_parser_args(parser)  # shared with aipc diff --model / aipc run MODEL.onnx
     app = parser.add_argument_group("App output")
     app.add_argument("--compare-output", action="append", default=[], metavar="stdout|none|FILE",
                      help="what of the script's own result to compare across backends besides its exit status: "
@@ -121,22 +109,12 @@ def _backend_options(items: list[str]) -> dict:
 
 
 def _tolerances(args):
-    changes = {}
-    for field, value in (("atol", args.atol), ("rtol", args.rtol), ("check", args.error_stat),
-                         ("quantile", args.quantile), ("min_cosine", args.min_cosine), ("min_snr_db", args.min_snr),
-                         ("min_psnr_db", args.min_psnr), ("min_top1", args.min_top1)):
-        if value is not None:
-            changes[field] = value
-    if args.allow_nonfinite:
-        changes["allow_nonfinite"] = True
+    group = ToleranceArgs()
     try:
-        overrides = [parse_tol_override(t) for t in args.tol]
-        tols = Tolerances(default=None if args.preset == "auto" else PRESETS[args.preset], overrides=overrides,
-                          changes=changes)
-        tols.base_for("fp32").with_()  # validates the changes (check mode, ranges)
-    except ValueError as exc:
+        group.parse(args)
+    except UsageError as exc:
         raise _Usage(str(exc)) from exc
-    return tols
+    return group.tolerances
 
 
 def _app_options(args) -> dict:

@@ -3,18 +3,23 @@ partition the backend would make — per node: QNN or CPU, with the reason — a
 patches that apply. Without MODEL it lists the backends and their availability here.
 
 usage: aipc inspect [MODEL] [--backend qnn|cpu] [--target T] [--precision P]
-                    [--shape NAME=D0,D1,...]... [--dim NAME=N]... [--json] [--all-nodes] [--no-probe]
+                    [--shape NAME=D0,D1,...]... [--dim NAME=N]...
+                    [--json] [--all-nodes] [--no-probe]
        aipc inspect MODEL.bin [--json]
 
 A raw QNN context binary (``*.bin``) is described instead: its graphs and their input/output
 tensors (QNN names, shapes, data types, scale/offset of quantized tensors), read with the QNN
 System library (library: onnxwrapper.toolkit.inspect_binary()).
 
-With the QNN backend available, the partition comes from a real QNN session created in a child
-process (exactly what onnxwrapper.InferenceSession(..., backend="qnn").get_partition() reports,
-with the QNN EP's own reasons); otherwise from static rules (marked "from rules"). Models with
-dynamic input shapes are compiled per feed shape at run time: give --shape/--dim to see the
-partition of one specialization. Library equivalent: onnxwrapper.toolkit.inspect_model().
+With the QNN backend available, the partition is measured: a real QNN session is created in a
+child process, and the headline is its own count — what
+onnxwrapper.InferenceSession(..., backend="qnn").get_partition().summary() prints at the same
+shapes — followed by the model's own nodes and, for each node off the NPU, the QNN EP's reason.
+Otherwise it is predicted from static rules (marked "predicted, not measured"). A model with
+dynamic input shapes is compiled per input shape at run time, so without --shape/--dim nothing is
+measured: the headline says so, and the rules' prediction for a fixed shape follows. An EPContext
+model (aipc compile's output) is probed from its own folder, whatever the working directory.
+Library equivalent: onnxwrapper.toolkit.inspect_model().
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from aipc_loader import _env, _patch, _script
 from aipc_loader._bootstrap import export_to_environment
 from aipc_loader._report import PREFIX, SessionReporter, say
 
-__all__ = ["add_arguments", "main", "run_command", "split_argv", "resolve_settings", "RunSettings",
+__all__ = ["add_arguments", "main", "run_command", "run_help", "split_argv", "resolve_settings", "RunSettings",
            "SessionReporter", "UsageError", "EXIT_USAGE", "EXIT_UNAVAILABLE"]
 
 EXIT_USAGE = 64          # sysexits EX_USAGE: bad options, bad environment values, bad backend/option
@@ -202,10 +202,25 @@ def main(args: argparse.Namespace) -> int:
     return run_command(list(args.argv))
 
 
+def run_help() -> str:
+    """The text of ``aipc run --help``: the run options, and where the model workflow is described."""
+    return build_parser().format_help() + (
+        "\nA path ending in .onnx is a model, never a script: 'aipc run MODEL.onnx [options]'\n(or 'aipc "
+        "MODEL.onnx …') runs it with generated or loaded inputs; 'aipc run MODEL.onnx --help'\nlists its "
+        "options.\n")
+
+
 def run_command(argv: Sequence[str], *, help_text=None) -> int:
-    """Run ``aipc run`` with ``argv`` (everything after ``run``). Returns the exit status."""
+    """Run ``aipc run`` with ``argv`` (everything after ``run``). Returns the exit status.
+
+    A script path ending in ``.onnx`` is a model: ``aipc._cmd_model`` runs it instead.
+    """
     try:
         invocation = split_argv(argv)
+        if invocation.kind == "script" and invocation.target.lower().endswith(".onnx"):
+            from aipc._cmd_model import run_model_command
+
+            return run_model_command(argv)
         parser = build_parser()
         if any(o in ("-h", "--help") for o in invocation.options):
             sys.stdout.write(help_text() if help_text else parser.format_help())
@@ -237,13 +252,14 @@ def _launch(invocation: _Invocation, settings: RunSettings) -> int:
     except (BackendUnavailableError, BackendValidationError) as exc:
         say(f"error: {exc}")
         return EXIT_UNAVAILABLE
-    if availability.simulated:
-        reason = availability.reason or "simulated device"
-        suffix = "" if "not device speed" in reason else ": device numerics, not device speed"
-        say(f"backend '{name}' is simulated on this host: {reason}{suffix}")
-    if settings.verbose:
-        say(f"backend '{name}' ({availability.reason}), options {options or '{}'}; "
-            f"running {'-m ' if invocation.kind == 'module' else ''}{invocation.target}")
+    reason = availability.reason or "simulated device"
+    simulated = (f"simulated on this host: {reason}"
+                 + ("" if "not device speed" in reason else ": device numerics, not device speed"))
+    if settings.verbose:  # one line: the simulated-device notice is part of it
+        say(f"backend '{name}' ({simulated if availability.simulated else availability.reason}), options "
+            f"{options or '{}'}; running {'-m ' if invocation.kind == 'module' else ''}{invocation.target}")
+    elif availability.simulated:
+        say(f"backend '{name}' is {simulated}")
     SessionReporter(verbose=settings.verbose, report_partition=settings.report_partition).start()
     config = _env.ChildConfig(name, options, settings.verbose, settings.report_partition)
     export_to_environment(config)

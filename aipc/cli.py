@@ -6,6 +6,8 @@ Forms::
     aipc [run options] -m module [args…]        = aipc run -m module …
     aipc run [run options] script.py [args…]
     aipc diff|inspect|compile|capture [options…]
+    aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
+    aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
 
 A subcommand other than ``run`` lives in ``aipc._cmd_<name>``, a module exposing
 ``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when invoked, and a
@@ -24,6 +26,7 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import textwrap
 from typing import Sequence
 
 from aipc import _cmd_run
@@ -57,9 +60,14 @@ def help_text() -> str:
     for name, (module, text) in SUBCOMMANDS.items():
         note = "" if _available(module) else "  (not available in this installation)"
         lines.append(f"  {name:<9} {text}{note}")
-    lines += ["  'aipc SUBCOMMAND --help' shows a subcommand's options.", "", "environment variables:"]
+    lines += ["  'aipc SUBCOMMAND --help' shows a subcommand's options.", "",
+              "models: a path ending in .onnx is a model, never a script — 'aipc [run] MODEL.onnx [options]'",
+              "  runs it with generated or loaded inputs, 'aipc diff --model MODEL.onnx' compares backends",
+              "  ('aipc run MODEL.onnx --help').", "", "environment variables:"]
     for var, option, text in _env.USER_VARIABLES:
-        lines.append(f"  {var:<22} {text} (same as {option})")
+        wrapped = textwrap.wrap(f"{text} (same as {option})", 100 - 25)
+        lines.append(f"  {var:<22} {wrapped[0]}")
+        lines += [f"  {'':<22} {more}" for more in wrapped[1:]]
     lines += [
         f"  {_env.ACTIVE_VARIABLE:<22} set by aipc for the processes it starts (JSON); do not set it",
         f"  {'PYTHONPATH':<22} aipc prepends its bootstrap directory for the processes it starts, so",
@@ -102,10 +110,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(_version() + "\n")
         return 0
     if first == "run":
-        return _cmd_run.run_command(argv[1:], help_text=help_text)
+        return _cmd_run.run_command(argv[1:], help_text=_cmd_run.run_help)
+    if first == "diff" and _model_diff(argv[1:]):
+        from aipc._cmd_model import diff_model_command
+
+        return diff_model_command(argv[1:])
     if first in SUBCOMMANDS:
         return _subcommand(first, argv[1:])
+    typo = _subcommand_typo(first)
+    if typo:
+        _cmd_run.say(f"error: can't open file '{first}': no such file; did you mean 'aipc {typo}'?")
+        return 2
     return _cmd_run.run_command(argv, help_text=help_text)
+
+
+def _model_diff(argv: list) -> bool:
+    """``aipc diff --model M.onnx …`` or ``aipc diff [options] M.onnx …``: the first positional (after
+    the options of ``aipc diff script.py``) is a model, never a script."""
+    from aipc import _cmd_diff
+
+    probe = argparse.ArgumentParser(add_help=False)
+    _cmd_diff.add_arguments(probe)
+    takes_value = {s for a in probe._actions if a.nargs is None and a.option_strings for s in a.option_strings}
+    skip = False
+    for token in argv:
+        if skip:
+            skip = False
+            continue
+        if token == "--model" or token.startswith("--model="):
+            return True
+        if token in ("--", "-m"):
+            return False
+        if token.startswith("-"):
+            skip = token in takes_value
+            continue
+        return token.lower().endswith(".onnx")
+    return False
+
+
+def _subcommand_typo(token: str) -> str | None:
+    """The subcommand ``token`` is a misspelling of, when it names no file (``aipc dif x.py``)."""
+    import difflib
+    import os
+
+    if token.startswith("-") or os.path.exists(token) or os.sep in token or "." in token:
+        return None
+    close = difflib.get_close_matches(token, list(SUBCOMMANDS), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _subcommand(name: str, argv: list) -> int:

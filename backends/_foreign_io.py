@@ -28,7 +28,7 @@ names, order, dtypes and shapes the same way, in one place:
   ``auto`` prefers ``native`` (no conversion cost) and falls back to ``float``; anything else is an
   ArtifactError naming the tensors. Never a blanket float32 cast.
 * **Before every native call** each buffer is C-contiguous with exactly the byte length the
-  compiled graph reads (the native layers do not check sizes, anchor_qai.md §A.7); a feed whose
+  compiled graph reads (the native layers do not check sizes: measured, qai_appbuilder 2.51.40); a feed whose
   dims differ from the compiled ones raises ORT's ``InvalidArgument`` first.
 * **Outputs** are reinterpreted from their bytes (qai_appbuilder returns 1-D arrays whose numpy
   dtype is guessed from bytes per element, e.g. ``float16`` for ``uint16`` data), size-checked,

@@ -1,6 +1,6 @@
 """Backend ``qai``: QNN context binaries (and DLCs) run by qai_appbuilder ≥ 2.51 on Windows on Snapdragon.
 
-Contract (facts: shared research anchor_qai.md §A, qai_appbuilder 2.51.40; see docs/backends/qai.md):
+Contract (facts: qai_appbuilder 2.51.40, its source and its behaviour; see docs/backends/qai.md):
 
 * **Artifact.** The model path is either the compiled artifact (``.bin`` context binary or
   ``.dlc``) or the ONNX model it was compiled from; then the artifact is
@@ -14,7 +14,7 @@ Contract (facts: shared research anchor_qai.md §A, qai_appbuilder 2.51.40; see 
   the compiled graph's own IO is reported. Matching, layout checks and dtype modes:
   :mod:`onnxwrapper.backends._foreign_io`.
 * **One ``QNNContext`` per session** under a unique model name (the native model map never
-  overwrites a name, §C.12). Input/output data types are ``NATIVE`` whenever the graph's IO types
+  overwrites a name). Input/output data types are ``NATIVE`` whenever the graph's IO types
   allow and ``FLOAT`` otherwise, per direction; when the first load guessed wrong it is reloaded
   once with the right types. FLOAT is refused for ``sfp8/16/32``/``ufp32`` tensors
   (:data:`NO_FLOAT_CONVERSION`). ``QNNConfig.Config`` is called with keywords (2.51 signature). A

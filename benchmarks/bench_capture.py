@@ -4,7 +4,7 @@ Runs ``examples/ocr/ocr.py`` in this process through the aipc loader (``backend=
 plain runs and runs under :func:`onnxwrapper.diff.start_capture` (what each ``aipc diff`` child
 does), after one warm-up run of each. Prints the median wall time of both, the median of the
 paired ratios (robust to load drift on a shared machine), the ratio of the minimums, and the CPU
-time of all threads; the target is a wall-time ratio ≤ 1.10 (issue 5). The script's own output
+time of all threads; the target is a wall-time ratio ≤ 1.10. The script's own output
 is discarded.
 
 Usage: ``python benchmarks/bench_capture.py [--repeat N] [--script PATH]`` (default 15 repeats).

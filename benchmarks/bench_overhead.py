@@ -3,7 +3,7 @@
 Both sessions run the same feed on the cpu backend in the same process, interleaved in rounds
 so that machine noise hits both alike. Two figures: the ratio of the best round times, and the
 median of the per-round paired ratios (more robust on a busy 2-core VM, where single figures vary
-by ±4 %). Target (issue 2): ≤ 1.03×.
+by ±4 %). Target: ≤ 1.03×.
 
 Usage: ``python benchmarks/bench_overhead.py [--rounds 15] [--calls 20000]``
 """

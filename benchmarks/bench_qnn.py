@@ -6,7 +6,7 @@ Usage::
 
 Default model: the onnx wheel's light squeezenet (``onnx/backend/test/data/light/light_squeezenet.onnx``,
 1×3×224×224 → 1×1000×1×1; weights are computed by ConstantOfShape nodes that ORT constant-folds, so
-the QNN EP takes 100 % of the nodes). Targets (issue 3): cache hit ≥ 10× faster than a cold compile;
+the QNN EP takes 100 % of the nodes). Targets: cache hit ≥ 10× faster than a cold compile;
 per-run time of an onnxwrapper session ≤ 1.03× a raw ``onnxruntime.InferenceSession`` with the same
 QNN EP options on the same model, measured interleaved in the same process.
 

@@ -22,27 +22,33 @@ nothing else: no backend SDK, no I/O, no logging configuration.
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnxruntime as _onnxruntime
 
-from onnxwrapper._registry import BackendInfo, get_available_backends
-from onnxwrapper._session import InferenceSession, add_run_observer
-from onnxwrapper.kernel import NodeAssignment, PartialOffloadWarning, PartitionReport, __version__
+# ``name as name``: explicit re-exports (PEP 484), so type checkers see them; ``__all__`` is computed
+from onnxwrapper._registry import BackendInfo as BackendInfo
+from onnxwrapper._registry import get_available_backends as get_available_backends
+from onnxwrapper._session import InferenceSession as InferenceSession
+from onnxwrapper._session import add_run_observer as add_run_observer
+from onnxwrapper.errors import ArtifactError as ArtifactError
+from onnxwrapper.errors import BackendCapabilityError as BackendCapabilityError
+from onnxwrapper.errors import BackendConfigConflictError as BackendConfigConflictError
+from onnxwrapper.errors import BackendError as BackendError
+from onnxwrapper.errors import BackendNotFoundError as BackendNotFoundError
+from onnxwrapper.errors import BackendOptionError as BackendOptionError
+from onnxwrapper.errors import BackendRunError as BackendRunError
+from onnxwrapper.errors import BackendUnavailableError as BackendUnavailableError
+from onnxwrapper.errors import BackendValidationError as BackendValidationError
+from onnxwrapper.errors import OnnxwrapperError as OnnxwrapperError
+from onnxwrapper.errors import PartitionError as PartitionError
+from onnxwrapper.errors import RemoteJobError as RemoteJobError
+from onnxwrapper.errors import SessionClosedError as SessionClosedError
+from onnxwrapper.kernel import NodeAssignment as NodeAssignment
+from onnxwrapper.kernel import PartialOffloadWarning as PartialOffloadWarning
+from onnxwrapper.kernel import PartitionReport as PartitionReport
 from onnxwrapper.kernel import RecordingSessionOptions as SessionOptions
-from onnxwrapper.errors import (
-    ArtifactError,
-    BackendCapabilityError,
-    BackendConfigConflictError,
-    BackendError,
-    BackendNotFoundError,
-    BackendOptionError,
-    BackendRunError,
-    BackendUnavailableError,
-    BackendValidationError,
-    OnnxwrapperError,
-    PartitionError,
-    RemoteJobError,
-    SessionClosedError,
-)
+from onnxwrapper.kernel import __version__ as __version__
 
 _OWN = [
     "InferenceSession",
@@ -74,7 +80,7 @@ def _ort_public_names() -> list[str]:
     return [n for n in dir(_onnxruntime) if not n.startswith("_")]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """Forward every other public onnxruntime name (PEP 562); ``__all__`` is computed on demand."""
     if name == "__all__":
         return sorted(set(_OWN) | set(_ort_public_names()))

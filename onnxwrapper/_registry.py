@@ -11,6 +11,7 @@ results are cached per process.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import threading
@@ -20,7 +21,8 @@ from typing import Mapping
 from onnxwrapper.backends.base import Availability, Backend
 from onnxwrapper.errors import BackendNotFoundError, BackendValidationError
 
-__all__ = ["ENTRY_POINT_GROUP", "BackendInfo", "BackendRegistry", "default_registry", "get_available_backends"]
+__all__ = ["ENTRY_POINT_GROUP", "BackendInfo", "BackendList", "BackendRegistry", "default_registry",
+           "get_available_backends"]
 
 ENTRY_POINT_GROUP = "onnxwrapper.backends"
 _log = logging.getLogger("onnxwrapper")
@@ -50,6 +52,27 @@ class BackendInfo:
     execution_providers: tuple = ()
     distribution: str | None = None
     details: Mapping[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        """One line: ``qnn  available (simulated)  QNN HTP simulator …`` (the fix when unavailable)."""
+        state = "available" if self.available else "unavailable"
+        kind = " (simulated)" if self.simulated else " (NPU)" if self.real_npu else ""
+        fix = f"  fix: {self.install_hint}" if not self.available and self.install_hint else ""
+        return f"{self.name:<6} {state}{kind}  {self.reason}{fix}"
+
+    def __repr__(self) -> str:
+        return f"<BackendInfo {self}>"
+
+
+class BackendList(list[BackendInfo]):
+    """What :func:`get_available_backends` returns: a ``list`` of :class:`BackendInfo` that prints as
+    one line per backend (``print(ort.get_available_backends())``)."""
+
+    def __str__(self) -> str:
+        return "\n".join(str(info) for info in self)
+
+    def __repr__(self) -> str:
+        return "[\n" + "".join(f"  {info!r},\n" for info in self) + "]" if self else "[]"
 
 
 class BackendRegistry:
@@ -167,10 +190,19 @@ class BackendRegistry:
                 continue
             if key in (a.lower() for a in cls.aliases):
                 return candidate
+        spelled = list(names) + [a.lower() for n in names for a in self._aliases(n)]
+        close = difflib.get_close_matches(key, spelled, n=1, cutoff=0.6)
+        hint = f"Did you mean '{self.resolve(close[0])}'? " if close else ""
         raise BackendNotFoundError(
-            f"Unknown backend '{name}'. Registered backends: {', '.join(names)}. "
+            f"Unknown backend '{name}'. {hint}Registered backends: {', '.join(names)}. "
             f"Backends are plugins in the entry-point group '{self.group}'; "
             f"install the package that provides '{name}' or pick one of the above.", backend=key)
+
+    def _aliases(self, name: str) -> tuple:
+        try:
+            return tuple(self._load(name).aliases)
+        except BackendValidationError:
+            return ()
 
     def get(self, name: str) -> type:
         """The backend class for ``name`` (alias accepted).
@@ -199,9 +231,9 @@ class BackendRegistry:
                 return candidate
         return None
 
-    def infos(self) -> list[BackendInfo]:
+    def infos(self) -> "BackendList":
         """Every backend with its availability; a plugin that fails to load is listed unavailable."""
-        result = []
+        result = BackendList()
         for name in self.names():
             try:
                 cls = self._load(name)
@@ -248,10 +280,11 @@ def default_registry() -> BackendRegistry:
         return _default
 
 
-def get_available_backends() -> list[BackendInfo]:
+def get_available_backends() -> BackendList:
     """Every registered backend with its availability on this host and, if unavailable, why.
 
     Returns:
-        ``BackendInfo`` records, ``cpu`` first then alphabetical.
+        A :class:`BackendList` (a ``list``) of ``BackendInfo`` records, ``cpu`` first then
+        alphabetical; ``print()`` shows one line per backend.
     """
     return default_registry().infos()

@@ -50,6 +50,9 @@ class Selection:
     provider_options: Mapping[str, str] | None = None
     ep_options: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"<Selection {self.name} (from {self.source}): {self.reason}>"
+
 
 def provider_names(providers, provider_options=None) -> list[tuple[str, dict | None]]:
     """``providers`` as ``[(name, options or None)]``, the one parser of ORT's provider arguments.

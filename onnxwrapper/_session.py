@@ -19,68 +19,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 import warnings
-import weakref
-from typing import Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import onnxruntime
 
+from onnxwrapper._observers import FAST_PATH_SESSIONS, RUN_OBSERVERS, add_run_observer, notify, observers_lock
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import reselect, select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
 from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
-from onnxwrapper.kernel import check_output_names, check_providers, validate_feed, validate_ort_values
+from onnxwrapper.kernel import PartitionReport, check_output_names, check_providers, validate_feed, validate_ort_values
 
 __all__ = ["InferenceSession", "add_run_observer"]
 
 _log = logging.getLogger("onnxwrapper")
 _ORT = onnxruntime.InferenceSession
-
-#: observers called after every run-method call of every session (see add_run_observer)
-_RUN_OBSERVERS: list[Callable] = []
-_observers_lock = threading.Lock()
-#: live sessions whose ``run`` may be bound straight to the backend's (no observer → no wrapper)
-_FAST_PATH_SESSIONS: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def _set_fast_paths(enabled: bool) -> None:
-    for session in list(_FAST_PATH_SESSIONS):
-        session._ow_set_fast_path(enabled)
-
-
-def add_run_observer(observer: Callable) -> Callable[[], None]:
-    """Call ``observer`` after every ``run``/``run_with_ort_values``/``run_with_iobinding``.
-
-    The observer receives one keyword-only record: ``observer(session=…, method=…,
-    output_names=…, input_feed=…, run_options=…, outputs=…, seconds=…)`` where ``seconds`` is
-    the wall time of the call (float, s) and ``outputs`` what the call returned. It runs in the
-    calling thread after the call; an exception it raises propagates to the caller. Used by
-    ``aipc diff`` and ``aipc capture`` to record calls.
-
-    Returns:
-        A function that removes the observer again (idempotent).
-    """
-    with _observers_lock:
-        _RUN_OBSERVERS.append(observer)
-        _set_fast_paths(False)
-
-    def undo() -> None:
-        with _observers_lock:
-            if observer in _RUN_OBSERVERS:
-                _RUN_OBSERVERS.remove(observer)
-                if not _RUN_OBSERVERS:
-                    _set_fast_paths(True)
-
-    return undo
-
-
-def _notify(session, method, output_names, input_feed, run_options, outputs, seconds) -> None:
-    for observer in list(_RUN_OBSERVERS):
-        observer(session=session, method=method, output_names=output_names, input_feed=input_feed,
-                 run_options=run_options, outputs=outputs, seconds=seconds)
-
 
 class InferenceSession(_ORT):
     """ONNX Runtime's ``InferenceSession`` with a selectable execution backend.
@@ -189,9 +144,9 @@ class InferenceSession(_ORT):
         self._ow_fast = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
                          and type(self).run is InferenceSession.run)  # a subclass overriding run() keeps its own
         if self._ow_fast:
-            with _observers_lock:
-                _FAST_PATH_SESSIONS.add(self)
-                self._ow_set_fast_path(not _RUN_OBSERVERS)
+            with observers_lock:
+                FAST_PATH_SESSIONS.add(self)
+                self._ow_set_fast_path(not RUN_OBSERVERS)
 
     def _ow_set_fast_path(self, enabled: bool) -> None:
         # With no run observer, ``session.run`` is ORT's run itself (an instance attribute
@@ -223,14 +178,15 @@ class InferenceSession(_ORT):
                 feed = validate_feed(self._inputs_meta, feed, output_names, self._outputs_meta)
             names = check_output_names(output_names, self._outputs_meta)
         impl = self._ow_impls[method]
-        if not _RUN_OBSERVERS or method == "run_async":
+        if not RUN_OBSERVERS or method == "run_async":
             return impl(names, feed, *args)
         start = time.perf_counter()
         outputs = impl(names, feed, *args)
-        _notify(self, method, output_names, given, args[-1], outputs, time.perf_counter() - start)
+        notify(self, method, output_names, given, args[-1], outputs, time.perf_counter() - start)
         return outputs
 
-    def run(self, output_names, input_feed, run_options=None):
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+            run_options: Any = None) -> list[Any]:
         """Compute outputs, exactly as ``onnxruntime.InferenceSession.run``.
 
         Args:
@@ -249,57 +205,62 @@ class InferenceSession(_ORT):
         """
         return self._ow_call("run", output_names, input_feed, (run_options,))
 
-    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
+                            run_options: Any = None) -> list[Any]:
         """As ``onnxruntime.InferenceSession.run_with_ort_values``: ``{name: OrtValue}`` in,
         ``list[OrtValue]`` out."""
         return self._ow_call("run_with_ort_values", output_names, input_dict_ort_values, (run_options,))
 
-    def run_with_iobinding(self, iobinding, run_options=None):
+    def run_with_iobinding(self, iobinding: Any, run_options: Any = None) -> None:
         """As ORT's ``run_with_iobinding``."""
         self._ow_check_open("run_with_iobinding")
         impl = self._ow_impls["run_with_iobinding"]
-        if not _RUN_OBSERVERS:
+        if not RUN_OBSERVERS:
             return impl(iobinding, run_options)
         start = time.perf_counter()
         result = impl(iobinding, run_options)
-        _notify(self, "run_with_iobinding", None, iobinding, run_options, result, time.perf_counter() - start)
+        notify(self, "run_with_iobinding", None, iobinding, run_options, result, time.perf_counter() - start)
         return result
 
-    def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Callable[..., Any], user_data: Any, run_options: Any = None) -> Any:
         """As ``onnxruntime.InferenceSession.run_async``: ``callback(results, user_data, err)``
         is called from an ORT thread; ``err`` is ``""`` on success."""
         return self._ow_call("run_async", output_names, input_feed, (callback, user_data, run_options))
 
     # -- what the backend reports ------------------------------------------------------------------
-    def get_providers(self):
+    def get_providers(self) -> list[str]:
         """As ORT: the session's execution providers (the backend's report where it keeps one)."""
         providers = self._ow_backend_session.providers()
         return list(providers) if providers is not None else super().get_providers()
 
-    def get_provider_options(self):
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
         """As ORT (the backend's report where it keeps one)."""
         options = self._ow_backend_session.provider_options()
         return dict(options) if options is not None else super().get_provider_options()
 
-    def get_modelmeta(self):
+    def get_modelmeta(self) -> Any:
         """As ORT: the model's metadata — the original ONNX model's, also for compiled artifacts."""
         meta = self._ow_backend_session.modelmeta()
         return meta if meta is not None else super().get_modelmeta()
 
     # -- onnxwrapper additions --------------------------------------------------------------------
     @property
-    def backend_session(self):
+    def backend_session(self) -> Any:
         """The backend's :class:`onnxwrapper.backends.base.BackendSession` serving this session
         (read-only; its ``partition()`` outlives this object, e.g. for exit reports)."""
         return self._ow_backend_session
 
-    def get_partition(self):
+    def get_partition(self) -> PartitionReport | None:
         """Which execution provider runs each node, as recorded by the backend.
 
         Returns:
             A :class:`onnxwrapper.PartitionReport` (per node name, op type and EP; counts per EP;
             reasons where the backend knows them), or ``None`` when the backend records none (the
-            ``cpu`` backend runs what ORT runs and records nothing).
+            ``cpu`` backend runs what ORT runs and records nothing). A model with dynamic input
+            shapes on the ``qnn`` backend is compiled per input shape at its first run; before
+            that the report is *pending* (``source == "pending"``, no nodes, and ``summary()`` says
+            so), afterwards it is the partition of the most recently run shape.
         """
         return self._ow_backend_session.partition()
 
@@ -313,8 +274,8 @@ class InferenceSession(_ORT):
         if self._ow_closed or self._ow_backend_session is None:
             return
         self._ow_closed = True
-        with _observers_lock:
-            _FAST_PATH_SESSIONS.discard(self)
+        with observers_lock:
+            FAST_PATH_SESSIONS.discard(self)
             self._ow_set_fast_path(False)
         self._ow_backend_session.close()
         self._ow_ort_state(None)
@@ -325,7 +286,7 @@ class InferenceSession(_ORT):
         if self._ow_foreign:
             raise capability_error(method, self.backend_name)
 
-    def io_binding(self):
+    def io_binding(self) -> Any:
         """As ORT (ORT-based backends only)."""
         self._ow_require_ort("io_binding")
         return super().io_binding()
@@ -353,8 +314,8 @@ class InferenceSession(_ORT):
         self._ow_backend_session.before_providers_change(selection.name)
         instance = current if selection.name == current.name else registry.get(selection.name)(None)
         previous = self._ow_backend_session
-        with _observers_lock:
-            _FAST_PATH_SESSIONS.discard(self)
+        with observers_lock:
+            FAST_PATH_SESSIONS.discard(self)
             self._ow_set_fast_path(False)
         self._ow_open(instance, request, selection)
         previous.close()
@@ -369,12 +330,13 @@ class InferenceSession(_ORT):
             return
         super().enable_fallback()
 
-    def end_profiling(self):
+    def end_profiling(self) -> str:
         """As ORT; foreign backends raise :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         self._ow_require_ort("end_profiling")
         return super().end_profiling()
 
-    def run_with_ortvaluevector(self, run_options, feed_names, feeds, fetch_names, fetches, fetch_devices):
+    def run_with_ortvaluevector(self, run_options: Any, feed_names: Any, feeds: Any, fetch_names: Any, fetches: Any,
+                                fetch_devices: Any) -> None:
         """As ORT where ORT's session runs the model; a backend that serves ``run`` itself (e.g. one
         compile per feed shape) raises :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         self._ow_require_ort("run_with_ortvaluevector")
@@ -385,13 +347,13 @@ class InferenceSession(_ORT):
                 f"run_with_ort_values().", backend=self.backend_name)
         return super().run_with_ortvaluevector(run_options, feed_names, feeds, fetch_names, fetches, fetch_devices)
 
-    def get_profiling_start_time_ns(self):
+    def get_profiling_start_time_ns(self) -> int:
         """As ORT; foreign backends report 0 (profiling not started), as ORT does when disabled."""
         if self._ow_foreign:
             return 0
         return super().get_profiling_start_time_ns()
 
-    def get_provider_graph_assignment_info(self):
+    def get_provider_graph_assignment_info(self) -> Any:
         """As ORT (``Fail`` without ``session.record_ep_graph_assignment_info=1``); a backend that compiled
         the model answers for the user's nodes; foreign backends raise ``BackendCapabilityError``."""
         self._ow_require_ort("get_provider_graph_assignment_info")

@@ -187,6 +187,10 @@ class BinaryInfo:
     soc_version: str
     graphs: tuple
 
+    def __repr__(self) -> str:
+        return (f"<BinaryInfo {self.path}: QNN build {self.build_id or '?'}, SoC {self.soc_version or '?'}, "
+                f"graphs {', '.join(g.name for g in self.graphs) or '-'}>")
+
     def to_dict(self) -> dict:
         """JSON-ready dict: path, build_id, soc_version, graphs (``aipc inspect model.bin --json``)."""
         return {"path": self.path, "build_id": self.build_id, "soc_version": self.soc_version,

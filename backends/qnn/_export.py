@@ -60,6 +60,12 @@ class CompileResult:
     dlc_paths: tuple = ()
     dlc_seconds: float = 0.0
 
+    def __repr__(self) -> str:
+        shapes = f" at {self.input_shapes}" if self.input_shapes else ""
+        summary = self.partition.summary() if hasattr(self.partition, "summary") else self.partition
+        return (f"<CompileResult {self.ctx_path} ({self.ctx_bytes + self.bin_bytes} bytes with its binary){shapes} "
+                f"in {self.seconds:.1f} s: {summary}>")
+
 
 def compile_model(model, output_path, backend_options: Mapping[str, Any] | None = None,
                   input_shapes: Mapping[str, Any] | None = None, *, sess_options=None,

@@ -1,7 +1,7 @@
 """Automatic operator patches in the QNN backend: compile, patch what QNN left on CPU, recompile.
 
-Issue 6 §2: "the qnn backend applies registered patches automatically when the original node
-would not run on QNN (option to disable), and the partition report says so". The procedure, used
+The qnn backend applies registered patches automatically to nodes that would not run on QNN
+(backend option ``patches`` to disable), and the partition report says so. The procedure, used
 for static models, for every shape specialization of dynamic models and by ``compile_model``:
 
 1. compile the model as given (cached) and read its partition;

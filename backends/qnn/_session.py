@@ -90,13 +90,16 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
         raise PartitionError(f"strict=True but {len(off)} node(s) of {label} would run outside the QNN EP: {listed}. "
                              f"Partition: {report.summary()}. Replace or remove these ops, or drop strict.",
                              backend="qnn", cpu_nodes=report.cpu_nodes)
-    message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
-               f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
-    _log.info("onnxwrapper qnn: %s", message)
     if all(n.op_type in _IO_QDQ_OPS for n in off):
         # QDQ models: the graph-input Quantize / graph-output Dequantize stay on CPU by the QNN EP's
         # default offload_graph_io_quantization=1 — expected, reported in the partition, no warning.
+        _log.info("onnxwrapper qnn: %s runs on the QNN NPU except its graph-input/output (de)quantization "
+                  "(%s), which the QNN EP leaves on CPU by its default offload_graph_io_quantization=1 "
+                  "(expected for QDQ models): %s", label, listed, report.summary())
         return
+    message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
+               f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
+    _log.info("onnxwrapper qnn: %s", message)
     with _warned_lock:
         if warn_key in _warned:
             return
@@ -231,8 +234,12 @@ class QnnDynamicSession(BackendSession):
     def provider_options(self) -> dict:
         return ort_provider_options(self.ep_options)
 
-    def partition(self) -> PartitionReport | None:
-        """Partition of the most recently used specialization; ``None`` before the first run."""
+    def partition(self) -> PartitionReport:
+        """Partition of the most recently used specialization; before the first run a
+        :meth:`~onnxwrapper.kernel.PartitionReport.pending` report (no nodes; its summary says that
+        the model compiles per input shape at the first run)."""
+        if self._latest is None:
+            return PartitionReport.pending(EP_NAME, f"{self.label}: dynamic inputs {', '.join(self.dynamic_names)}")
         return self._latest
 
     def graph_assignment(self):

@@ -11,7 +11,7 @@ Sources of the numbers:
   The QNN EP writes ``…:73:60:…`` (arch, soc) into the ``ep_compatibility_info`` of an EPContext
   model compiled with ``soc_model=60, htp_arch=73`` (measured, onnxruntime-qnn 2.7.0).
 * Raw QNN EP option names and values: ORT's QNN EP documentation ("Configuration Options") and
-  the behaviour measured on onnxruntime-qnn 2.7.0 (shared research notes, ort_api.md §2.3): most
+  the behaviour measured on onnxruntime-qnn 2.7.0: most
   bad values are accepted silently, and an unknown ``qnn_context_priority`` or ``device_id``
   sends *every* node to the CPU EP without an error — hence the validation here, before the EP
   sees the options.

@@ -11,6 +11,11 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
 * **judge** — :func:`check` re-judges a saved diff directory, :func:`compare` any captures, with
   :class:`Tolerance` / :class:`Tolerances` (Polygraphy semantics, precision-aware :data:`PRESETS`)
   and metric functors (:mod:`onnxwrapper.diff.metrics`);
+* **model runs** — :func:`run_model` runs one model with generated (:func:`generate_inputs`) or
+  loaded (:func:`load_inputs`, :func:`load_data_loader`) inputs on several backends, and
+  :func:`compare_model_runs` judges them — and golden outputs saved elsewhere — with the same
+  verdicts; :func:`save_tensors` / :func:`read_tensors` are the portable tensor file
+  (``aipc run MODEL.onnx``, ``aipc diff --model``);
 * **assert** — :func:`assert_backends_agree`, :func:`assert_close` and
   :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table.
 
@@ -23,6 +28,10 @@ from onnxwrapper.diff import _metrics as metrics
 from onnxwrapper.diff._api import check, compare, default_directory, parse_backends, run
 from onnxwrapper.diff._assert import assert_backends_agree, assert_close
 from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._model_compare import compare_model_runs
+from onnxwrapper.diff._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs
+from onnxwrapper.diff._model_run import ModelRuns, Timing, run_model
+from onnxwrapper.diff._tensor_files import TensorSet, read_tensors, save_tensors
 from onnxwrapper.diff._capture import (
     DEFAULT_MAX_BYTES,
     FORMAT,
@@ -66,11 +75,14 @@ from onnxwrapper.diff._tolerance import (
     snr_bar_db,
 )
 
-__all__ = sorted([
-    "metrics", "run", "check", "compare", "localize_failures", "assert_backends_agree", "assert_close",
-    "parse_backends", "default_directory", "DEFAULT_MAX_BYTES", "FORMAT", "FORMAT_VERSION", "CaptureHandle",
-    "CaptureLimitWarning", "CaptureWriter", "start_capture", "Call", "Capture", "CaptureFormatError", "ModelInfo",
-    "SessionInfo", "TensorSpec", "read_capture", "compare_arrays", "compare_captures", "EXIT_OK", "EXIT_MISMATCH",
-    "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "AppComparison", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
-    "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for", "error_budget", "snr_bar_db",
-])
+__all__ = [  # sorted (tests/test_architecture.py); a literal list, so type checkers see the exports
+    "AppComparison", "BackendRun", "Call", "CallComparison", "Capture", "CaptureFormatError",
+    "CaptureHandle", "CaptureLimitWarning", "CaptureWriter", "DEFAULT_MAX_BYTES", "DiffAssertionError",
+    "DiffResult", "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "FORMAT",
+    "FORMAT_VERSION", "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS",
+    "STATES", "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances",
+    "assert_backends_agree", "assert_close", "check", "compare", "compare_arrays", "compare_captures",
+    "compare_model_runs", "default_directory", "error_budget", "generate_inputs", "load_data_loader",
+    "load_inputs", "localize_failures", "metrics", "parse_backends", "parse_tol_override", "precision_for",
+    "read_capture", "read_tensors", "run", "run_model", "save_tensors", "snr_bar_db", "start_capture",
+]

@@ -330,6 +330,7 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__})
     result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
     result.mode = "check"
+    result.timings = dict((manifest.get("model_run") or {}).get("timings") or {})
     saved = manifest.get("app") or {}
     judge_app(result, compare=_app_items(compare_output if compare_output is not None
                                          else saved.get("compare", (STDOUT,))),

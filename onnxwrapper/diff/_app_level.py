@@ -3,7 +3,8 @@ reference run's (comparison rules in :mod:`onnxwrapper.diff._app_output`).
 
 Fills ``DiffResult.app`` with one :class:`~onnxwrapper.diff.AppComparison` per compared backend.
 Not compared: replay mode (the script ran on the reference only), ``compare=("none",)``, and runs
-that did not complete (the verdict is then incomplete anyway). The relative tolerance of printed
+that did not complete (the verdict is then incomplete anyway); a model run (``mode == "model"``)
+has no app level at all (``DiffResult.app`` stays empty). The relative tolerance of printed
 numbers defaults to the relative error the backend's tensors are allowed — the loosest among its
 outputs' tolerances: ``10^(-SNR bar/20)`` (FP16 0.0443, FP32 1.27e-4, quantized 0.1) or a user's
 ``rtol`` — so a printed number is held to the budget of the tensors it comes from.
@@ -71,6 +72,8 @@ def judge_app(result, *, compare=(STDOUT,), filter_regex: str | None = None, rto
         rtol: relative tolerance of printed numbers; ``None`` = the backend's error budget.
     """
     result.app = {}
+    if (result.script or {}).get("mode") == "model":
+        return  # a model run (aipc run MODEL.onnx, aipc diff --model) has no script output to compare
     runs = result.runs
     ref = runs.get(result.reference)
     rerun = next((r for r in runs.values() if r.rerun_of == result.reference), None)

@@ -148,6 +148,11 @@ class Call:
         """``{output name: array}``, tensor outputs only, in the order returned."""
         return self._load(self.output_meta)
 
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{m['name']}{m.get('shape')}" for m in self.input_meta)
+        return (f"<Call session {self.session} call {self.index} of {self.model} on {self.backend}: {self.method}"
+                f"({shapes}) -> {len(self.output_names)} output(s), {self.seconds * 1e3:.3g} ms>")
+
     @property
     def input_signature(self) -> tuple:
         """``((name, dtype, shape), …)`` of the inputs: cheap identity of what was fed."""
@@ -170,6 +175,11 @@ class Capture:
     models: dict
     sessions: list
     calls: list
+
+    def __repr__(self) -> str:
+        backends = sorted({s.backend for s in self.sessions})
+        return (f"<Capture {self.path}: {self.status}, {len(self.calls)} call(s), {len(self.sessions)} session(s) "
+                f"of {len(self.models)} model(s) on {', '.join(backends) or '-'}>")
 
     @property
     def status(self) -> str:

@@ -7,6 +7,7 @@ Usage (internal; the orchestrator builds these command lines)::
     python -m onnxwrapper.diff._child ... -m module [args…]                   # live: run a module
     python -m onnxwrapper.diff._child ... --replay REF_CAPTURE_DIR [--only KEYS.json]   # replay inputs
     python -m onnxwrapper.diff._child ... --expose REQUEST.json                # localization round
+    python -m onnxwrapper.diff._child ... --model-request REQUEST.json         # a model run (_model_child)
 
 Every mode writes ``DIR/status.json``: ``{"status": "ok" | "script_failed" | "unavailable" |
 "error", "exit_code": int, "message": str}`` before exiting. A process killed by a signal writes
@@ -180,6 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--replay", default=None, help="reference capture to replay")
     p.add_argument("--only", default=None, help="JSON file: [[session, index], …] of the calls to replay")
     p.add_argument("--expose", default=None, help="localization request JSON")
+    p.add_argument("--model-request", default=None, help="model run request JSON (onnxwrapper.diff._model_child)")
     p.add_argument("-m", dest="module", action="store_true", help="argv[0] is a module name")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     return p
@@ -210,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNAVAILABLE if status == "unavailable" else EXIT_BAD_ARGS
     if ns.expose:
         return _expose(ns, options)
+    if ns.model_request:
+        from onnxwrapper.diff._model_child import serve_model_request
+
+        return serve_model_request(ns.model_request, ns.backend, options, ns.capture, _write_status)
     if ns.replay:
         return _replay(ns, options)
     if not ns.argv:

@@ -181,7 +181,7 @@ def _collect_files(files, cwd: str | None, directory: str, before: dict) -> dict
 
 def run_child(backend: str, options: dict | None, directory: str, *, target: Target | None = None,
               replay: str | None = None, only: str | None = None, expose: str | None = None,
-              timeout: float | None = None,
+              model_request: str | None = None, timeout: float | None = None,
               max_bytes: int | None = None, max_calls_per_model: int | None = None,
               env: dict | None = None, echo=None, files=(), capture: bool = True) -> BackendRun:
     """Run one backend in a child process and describe how it went.
@@ -192,6 +192,7 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         target: the script/module to run (live mode). replay: reference capture to replay instead;
             only: a JSON file listing the ``[session, index]`` keys to replay (default all).
         expose: a localization request file to serve instead.
+        model_request: a model-run request file to serve instead (:mod:`onnxwrapper.diff._model_child`).
         timeout: seconds before the child's process group is killed (``None`` = no limit).
         max_bytes / max_calls_per_model: capture limits.
         env: extra environment variables of the child (added to this process's environment; in
@@ -217,6 +218,8 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         cmd += ["--no-capture"]
     if expose:
         cmd += ["--expose", expose]
+    elif model_request:
+        cmd += ["--model-request", model_request]
     elif replay:
         cmd += ["--replay", replay] + (["--only", only] if only else [])
     elif target is not None:

@@ -177,6 +177,10 @@ def render_table(result, *, color: bool = False, width: int | None = None) -> st
         lines.append(_paint(line, _GREEN if r.ok else _YELLOW, color) if color else line)
         if not r.ok and (r.cause or r.message):
             lines.append(f"      cause: {r.cause or r.message.splitlines()[0]}")
+    if result.timings:
+        from onnxwrapper.diff._model_run import timing_lines
+
+        lines += timing_lines(result.timings)
     lines += _app_lines(result)
     for label, items in result.divergences.items():
         lines.extend(f"divergence ({label}): {text}" for text in items)

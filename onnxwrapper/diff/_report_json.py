@@ -76,6 +76,8 @@ def to_document(result) -> dict:
         "inputs_differ": {k: [list(x) for x in v] for k, v in result.inputs_differ.items() if v},
         "notes": list(result.notes),
     }
+    if result.timings:
+        doc["timings"] = dict(result.timings)
     return sanitize(doc)
 
 

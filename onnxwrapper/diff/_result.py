@@ -1,9 +1,7 @@
 """Result data of a diff: per-backend run status, per-call and per-output comparisons, verdicts.
 
 Everything here is plain data with ``to_dict()``; the report modules render it and
-:attr:`DiffResult.exit_status` is the CLI contract:
-
-Two levels are judged (:attr:`DiffResult.state`):
+:attr:`DiffResult.exit_status` is the CLI contract. Two levels are judged (:attr:`DiffResult.state`):
 
 * the **tensor level** — every output of every call against the reference's;
 * the **app level** — the script's own observable result (stdout, exit status, named files;
@@ -21,13 +19,14 @@ Two levels are judged (:attr:`DiffResult.state`):
 ====  ==================================================================================
 
 A script that ends with a non-zero exit status without an exception (``sys.exit(3)``) completed:
-its exit status is part of its app-level result.
+its exit status is part of its app-level result. ``repr()`` of each object: :mod:`._result_text`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from onnxwrapper.diff import _result_text as _text
 
 __all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "BackendRun", "CallComparison",
            "OutputSummary", "Localization", "AppComparison", "DiffResult", "DiffAssertionError"]
@@ -94,6 +93,8 @@ class BackendRun:
         exception (its exit status is then part of its result)."""
         return self.ok or (self.status == "script_failed" and not self.exception)
 
+    __repr__ = _text.repr_backend_run
+
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
@@ -137,6 +138,8 @@ class CallComparison:
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
+    __repr__ = _text.repr_call
+
 
 @dataclass
 class OutputSummary:
@@ -177,6 +180,8 @@ class OutputSummary:
         d["passed"] = self.passed
         return d
 
+    __repr__ = _text.repr_output
+
 
 @dataclass
 class AppComparison:
@@ -204,6 +209,8 @@ class AppComparison:
         d = dict(self.__dict__)
         d["items"] = [i.to_dict() for i in self.items]
         return d
+
+    __repr__ = _text.repr_app
 
 
 @dataclass
@@ -252,6 +259,8 @@ class Localization:
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
+    __repr__ = _text.repr_localization
+
 
 class DiffAssertionError(AssertionError):
     """Raised by the assertion helpers; its message is the console table. ``.result`` holds the
@@ -276,6 +285,8 @@ class DiffResult:
         tolerances: the :class:`~onnxwrapper.diff.Tolerances` used. directory: the diff directory.
         script: ``{"argv": [...], "module": bool}`` of what ran, when known.
         compared_calls: matched calls compared. capture_dirs: ``{label: capture directory}``.
+        timings: model runs only (``mode == "model"``): ``{label: Timing.to_dict()}`` — per-iteration
+            wall time of ``session.run`` (:class:`onnxwrapper.diff.Timing`).
     """
 
     reference: str
@@ -295,6 +306,7 @@ class DiffResult:
     app: dict = field(default_factory=dict)
     nonfinite_feeds: list = field(default_factory=list)
     inputs_differ: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
 
     @property
     def incomplete_runs(self) -> list:
@@ -348,6 +360,8 @@ class DiffResult:
 
         return verdict_line(self)
 
+    __repr__ = _text.repr_diff_result
+
     @property
     def verdict(self) -> str:
         """``"PASS"``, ``"MISMATCH"`` or ``"INCOMPLETE"``."""
@@ -384,9 +398,3 @@ class DiffResult:
             raise DiffAssertionError(f"aipc diff verdict: {self.verdict} (exit status {self.exit_status})\n"
                                      + self.table(), self)
 
-
-def finite_or_str(value):
-    """JSON-safe float: non-finite floats become ``"inf"``, ``"-inf"`` or ``"nan"``."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    return value

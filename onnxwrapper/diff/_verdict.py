@@ -99,7 +99,8 @@ def verdict_line(result) -> str:
                                                  for i in a.items if not i.identical) for a in differs)
     compared = [a for a in result.app.values() if a.status != "not_compared"]
     if not result.app:
-        app_state = "app output not compared"
+        model_run = (result.script or {}).get("mode") == "model"
+        app_state = "a model run: no app level" if model_run else "app output not compared"
     elif not compared:
         reason = next(iter(result.app.values())).reason
         app_state = "app output not compared" + (f" ({reason})" if reason else "")

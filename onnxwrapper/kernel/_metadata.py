@@ -65,6 +65,9 @@ _ORT_NAMES = {"float32": "float", "float64": "double", "object": "string", "bool
 
 
 def _shape(type_proto) -> list:
+    """Declared dims as ORT reports them: ``int`` fixed, ``str`` symbolic, ``None`` unknown — a negative
+    ``dim_value`` included (exporters write ``-1`` for a free dim; ORT reports it as ``None``, measured
+    with onnxruntime 1.32 on RapidOCR's classifier, input ``x`` ``[-1, 3, '?', '?']``)."""
     if type_proto.WhichOneof("value") != "tensor_type" or not type_proto.tensor_type.HasField("shape"):
         return []
     dims = []

@@ -115,7 +115,9 @@ class PartitionReport:
         partition_eps: EP name of each ORT subgraph (``len`` = number of partitions).
         source: how the report was obtained: ``"compile"`` (assignment recorded while compiling,
             per original node), ``"artifact"`` (assignment of a loaded precompiled EPContext model:
-            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time).
+            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time), or
+            ``"pending"`` (:meth:`pending`: nothing compiled yet — a dynamic-shape model before its
+            first run; no nodes, :meth:`summary` says so).
         note: free text for listings (e.g. the model name or the specialization shapes).
         patches: operator patches applied to the model before this partition was made, as
             ``onnxwrapper.patches.PatchRecord.to_dict()`` dicts (keys ``patch``, ``node_name``,
@@ -174,6 +176,13 @@ class PartitionReport:
         return cls(data["target_ep"], nodes, tuple(data.get("partition_eps", ())), data.get("source", "compile"),
                    data.get("note", ""), tuple(dict(p) for p in data.get("patches", ())))
 
+    @classmethod
+    def pending(cls, target_ep: str, note: str = "") -> "PartitionReport":
+        """The report of a session that has compiled nothing yet: a model with dynamic input shapes
+        is compiled per input shape at its first ``run()`` (the QNN HTP needs static shapes), so
+        before that no node is assigned to any EP. ``note`` says which inputs are dynamic."""
+        return cls(target_ep, (), (), "pending", note)
+
     def with_source(self, source: str, note: str | None = None) -> "PartitionReport":
         """A copy with another :attr:`source` (and :attr:`note`)."""
         return replace(self, source=source, note=self.note if note is None else note)
@@ -224,7 +233,12 @@ class PartitionReport:
 
     def summary(self) -> str:
         """One line, e.g. ``"QNNExecutionProvider 4/5 nodes, CPUExecutionProvider 1 (Det), 3 partitions"``;
-        with patches ``"…, 1 partition, patched: mod (node m)"``; the note follows in brackets."""
+        with patches ``"…, 1 partition, patched: mod (node m)"``; the note follows in brackets. A
+        :meth:`pending` report: ``"QNNExecutionProvider: not compiled yet — compiled per input shape at
+        the first run() [note]"``."""
+        if self.source == "pending":
+            return (f"{self.target_ep}: not compiled yet — compiled per input shape at the first run()"
+                    + (f" [{self.note}]" if self.note else ""))
         total = len(self.nodes)
         parts = []
         for ep, count in self.counts.items():
@@ -250,4 +264,7 @@ class PartitionReport:
 
     def __str__(self) -> str:
         return self.summary()
+
+    def __repr__(self) -> str:
+        return f"<PartitionReport {self.summary()} (source {self.source})>"
 

@@ -13,8 +13,7 @@ Contract of a patch: ``matches(node, model) -> bool`` and ``apply(model, node) -
 use is :func:`apply_patches` (copies the model, applies every applicable patch, optionally only to
 given nodes, returns the model and the records); :func:`patch_offloaded` takes a partition's
 off-target nodes directly. Nothing here reads beyond the given model or
-writes files: patched models live in memory only (AIPC report §4.4.1: reproducible surgery, no
-hand-edited files).
+writes files: patched models live in memory only (reproducible surgery, no hand-edited files).
 
 Example::
 

@@ -2,7 +2,7 @@
 
 Why: the QNN EP maps only four Einsum equation shapes to MatMul (same-rank ``…ij,…jk->…ik``, same-rank
 ``…id,…jd->…ij``, ``bhwc,hkc->bhwk`` and a 4-D transpose-all form; source: onnxruntime's QNN
-``einsum_op_builder.cc``); anything else, e.g. YOLO-World's ``bchw,bkc->bkhw`` (AIPC report §6.1.5)
+``einsum_op_builder.cc``); anything else, e.g. YOLO-World's ``bchw,bkc->bkhw``
 or a transposed left operand ``ji,jk->ik``, stays on the CPU EP.
 
 Supported equations (explicit ``->`` or implicit output; letters ``a-zA-Z``; ``...`` when the

@@ -1,7 +1,7 @@
 """Patch ``maxpool3d``: 3-D ``MaxPool`` (``kernel_shape`` of length 3) → 2-D ``MaxPool`` composition.
 
 Why: the QNN EP supports 1-D/2-D pooling only; a 3-D ``MaxPool`` stays on the CPU EP (measured
-with onnxruntime-qnn 2.7.0). LPRNet exports ``nn.MaxPool3d`` (AIPC report §6.1.3).
+with onnxruntime-qnn 2.7.0). LPRNet, for one, exports ``nn.MaxPool3d``.
 
 Rewrite (max is separable over axes, and every pooling attribute acts per axis):
 

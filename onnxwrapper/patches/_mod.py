@@ -3,8 +3,8 @@
 Why (measured with onnxruntime-qnn 2.7.0, HTP simulator): the QNN EP leaves float ``Mod``
 (``fmod=1``) and integer ``Mod`` with ``fmod=1`` on the CPU EP; integer ``Mod`` with ``fmod=0`` is
 taken, but an int32 one fails to finalize in fp32 simulation (``QNN_COMMON_ERROR_MEM_ALLOC``).
-The AIPC report (§6.1.4, YOLO26) rewrites ``Mod`` as Div + Mul + Sub because ``Floor`` was also
-rejected by the QNN converter.
+Div + Mul + Sub (no ``Floor``) is also what models converted with the QNN converter need, which
+rejects ``Floor``.
 
 Semantics (ONNX ``Mod`` spec, onnxruntime's CPU kernel is the reference):
 

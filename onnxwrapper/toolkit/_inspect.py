@@ -138,13 +138,26 @@ class Inspection:
     initializer_bytes: int
     patches: list[PatchMatch] = field(default_factory=list)
     partition: PartitionPrediction | None = None
+    constant_bytes: int = 0
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of the model's weights: initializers plus the tensors of ``Constant`` nodes (some
+        exporters, e.g. PaddlePaddle's, keep every weight in ``Constant`` nodes)."""
+        return self.initializer_bytes + self.constant_bytes
+
+    def __repr__(self) -> str:
+        part = f"; partition {self.partition.headline()}" if self.partition else ""
+        return (f"Inspection({self.model}: {self.num_nodes} nodes, {len(self.inputs)} input(s), "
+                f"{len(self.outputs)} output(s){part})")
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the ``--json`` output)."""
         return {"model": self.model, "ir_version": self.ir_version, "producer": self.producer, "opsets": self.opsets,
                 "inputs": [t.to_dict() for t in self.inputs], "outputs": [t.to_dict() for t in self.outputs],
                 "op_histogram": self.op_histogram, "num_nodes": self.num_nodes,
-                "initializer_bytes": self.initializer_bytes, "patches": [p.to_dict() for p in self.patches],
+                "initializer_bytes": self.initializer_bytes, "constant_bytes": self.constant_bytes,
+                "weight_bytes": self.weight_bytes, "patches": [p.to_dict() for p in self.patches],
                 "partition": self.partition.to_dict() if self.partition else None}
 
     def format_text(self, *, all_nodes: bool = False) -> str:
@@ -152,7 +165,8 @@ class Inspection:
         lines = [f"model: {self.model}", f"  IR {self.ir_version}, opsets "
                  + ", ".join(f"{d} {v}" for d, v in self.opsets.items())
                  + (f", producer {self.producer}" if self.producer else "")
-                 + f", {self.num_nodes} nodes, initializers {self.initializer_bytes / 1e6:.2f} MB"]
+                 + f", {self.num_nodes} nodes, weights {self.weight_bytes / 1e6:.2f} MB"
+                 + (f" ({self.constant_bytes / 1e6:.2f} MB in Constant nodes)" if self.constant_bytes else "")]
         for title, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
             lines.append(f"{title}:")
             for t in tensors:
@@ -162,16 +176,7 @@ class Inspection:
         lines.append(f"ops ({len(self.op_histogram)} types): {ops}")
         p = self.partition
         if p is not None:
-            counts = ", ".join(f"{_short(ep)} {n}" for ep, n in p.counts.items())
-            parts = (f", {p.num_partitions} partition{'s' if p.num_partitions != 1 else ''}"
-                     if p.num_partitions is not None else "")
-            opts = ", ".join(f"{k}={v}" for k, v in p.options.items())
-            lines.append(f"partition ({p.backend}{' ' + opts if opts else ''}; from {p.source}): {counts}{parts}")
-            if p.note:
-                lines.append(f"  note: {p.note}")
-            if p.counts.get(OPTIMIZED) and not all_nodes:
-                lines.append(f"  ({p.counts[OPTIMIZED]} nodes fused, folded or eliminated by ORT before partitioning "
-                             f"are not listed; --all-nodes lists them)")
+            lines += _partition_head(p, all_nodes)
             shown = [n for n in p.nodes if all_nodes or n.ep not in (QNN_EP, OPTIMIZED)]
             same = len({(n.ep, n.reason) for n in shown}) == 1 and len(shown) > 5 and not all_nodes
             for n in shown[:3] if same else shown:
@@ -189,6 +194,35 @@ class Inspection:
             state = "applies" if m.applicable else f"cannot apply: {m.reason}"
             lines.append(f"  {m.patch:<10} {m.node_name:<28} {m.op_type:<10} {state}")
         return "\n".join(lines)
+
+
+def _partition_head(p: PartitionPrediction, all_nodes: bool) -> list[str]:
+    """The partition's headline: what was measured (a session, at which shapes) or predicted."""
+    opts = ", ".join(f"{k}={v}" for k, v in p.options.items())
+    what = f"{p.backend}{' ' + opts if opts else ''}"
+    shapes = ", ".join(f"{n}={'x'.join(map(str, d))}" for n, d in (p.shapes or {}).items())
+    if p.dynamic_inputs:
+        dyn = "; ".join(f"{n} [{', '.join('?' if not isinstance(x, int) or x < 0 else str(x) for x in d)}]"
+                        for n, d in p.dynamic_inputs.items())
+        lines = [f"partition ({what}): not measured — dynamic input shapes ({dyn}); the QNN backend compiles one "
+                 f"specialization per input shape at the first run. Give --shape/--dim to measure one.",
+                 f"  static rules predict, at any fixed shape: {p.headline()}"]
+    elif p.source == "session":
+        lines = [f"partition ({what}; measured: a QNN session{' at ' + shapes if shapes else ''}, as get_partition() "
+                 f"reports it): {p.headline()}"]
+        model_counts = ", ".join(f"{_short(ep)} {n}" for ep, n in p.counts.items())
+        session_total = sum((p.session or {}).get("counts", {}).values())
+        differs = (" (the session counts ORT's nodes: it fuses and folds nodes, and its layout transformation "
+                   "adds Transposes)" if session_total != len(p.nodes) else "")
+        lines.append(f"  the model's own {len(p.nodes)} nodes: {model_counts}{differs}")
+        if p.counts.get(OPTIMIZED) and not all_nodes:
+            lines.append(f"  ({p.counts[OPTIMIZED]} model nodes fused, folded or eliminated by ORT before "
+                         f"partitioning are not listed; --all-nodes lists them)")
+    else:
+        lines = [f"partition ({what}; from rules: predicted, not measured): {p.headline()}"]
+    if p.note:
+        lines.append(f"  note: {p.note}")
+    return lines
 
 
 def _short(ep: str) -> str:
@@ -222,7 +256,9 @@ def _model_facts(model: onnx.ModelProto, label: str) -> Inspection:
         op_histogram=dict(Counter(n.op_type for n in model.graph.node).most_common()),
         num_nodes=len(model.graph.node),
         initializer_bytes=sum(len(i.raw_data) or onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer
-                              if i.data_location != onnx.TensorProto.EXTERNAL))
+                              if i.data_location != onnx.TensorProto.EXTERNAL),
+        constant_bytes=sum(len(a.t.raw_data) or onnx.numpy_helper.to_array(a.t).nbytes for n in model.graph.node
+                           if n.op_type == "Constant" for a in n.attribute if a.name == "value"))
 
 
 def inspect_model(model: Any, *, backend: str | None = None, backend_options: Mapping[str, Any] | None = None,
@@ -262,18 +298,24 @@ def inspect_model(model: Any, *, backend: str | None = None, backend_options: Ma
         raise ValueError(f"inspect predicts partitions for backend 'qnn' or 'cpu', not {backend!r}")
     use_session = qnn_runs_here() if probe is None else probe
     if not use_session:
-        result.partition = predict_partition_rules(proto, options=options, patches=result.patches)
+        result.partition = predict_partition_rules(proto, options=options, patches=result.patches,
+                                                   assume_static=True)
+        pending = dynamic_inputs(proto)
+        result.partition.dynamic_inputs = {k: list(v) for k, v in pending.items()} or None
         return result
 
     pending = dynamic_inputs(proto)
     if pending:
-        pred = predict_partition_rules(proto, options=options, patches=result.patches)
-        pred.note = (f"dynamic input shapes {pending}: the QNN backend compiles one static specialization per feed "
-                     f"shape at run time; give --shape/--dim to see its partition")
+        pred = predict_partition_rules(proto, options=options, patches=result.patches, assume_static=True)
+        pred.dynamic_inputs = {k: list(v) for k, v in pending.items()}
         result.partition = pred
         return result
-    partition, reasons, error = probe_partition(proto, dict(options, patches=False))
+    by_path = (isinstance(model, (str, os.PathLike)) and not (shapes or dims)
+               and any(n.op_type == "EPContext" for n in proto.graph.node))
+    partition, reasons, error = probe_partition(proto, dict(options, patches=False),
+                                                path=os.fspath(model) if by_path else None)
     pred = map_session(proto, partition, reasons, error, result.patches, options)
+    pred.shapes = {t.name: list(t.shape or []) for t in result.inputs}
     fixable = {n.name for n in pred.nodes if n.ep == CPU_EP and n.patch}
     if probe_patched and fixable:
         # what the QNN backend does with its automatic patches (backend option `patches`)

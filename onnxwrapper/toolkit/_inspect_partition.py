@@ -79,11 +79,20 @@ class PartitionPrediction:
 
     Attributes:
         backend / options: what was asked. nodes: one per model node, in graph order.
-        counts: nodes per EP. num_partitions: ORT subgraphs (session source only, else ``None``).
+        counts: model nodes per EP. num_partitions: ORT subgraphs (session source only, else ``None``).
         after_patches: counts per EP of the QNN backend's session with its automatic patches
             (``None`` if not probed). applied_patches: the patches that session applied
             (``PatchRecord.to_dict()`` dicts; ``None`` if not probed).
         note: extra facts (e.g. "dynamic input shapes: …").
+        session: ``source == "session"``: the probed session's own partition
+            (``PartitionReport.to_dict()``) — ORT's nodes after its graph transformations, exactly
+            what ``InferenceSession.get_partition()`` reports at these shapes (the headline); the
+            per-model-node mapping (:attr:`nodes`) can count fewer nodes on QNN, because ORT fuses
+            nodes and its layout transformation adds ``Transpose`` nodes.
+        shapes: the input shapes the partition is for (``{name: [dims]}``).
+        dynamic_inputs: inputs whose dims are not fixed (``{name: dims}``): then nothing was
+            measured — a QNN session compiles one specialization per input shape at run time — and
+            the counts are the rules' prediction for any fixed shape.
     """
 
     backend: str
@@ -94,6 +103,9 @@ class PartitionPrediction:
     after_patches: dict | None = None
     note: str = ""
     applied_patches: list | None = None
+    session: dict | None = None
+    shapes: dict | None = None
+    dynamic_inputs: dict | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -101,32 +113,81 @@ class PartitionPrediction:
         return dict(sorted(Counter(n.ep for n in self.nodes).items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "options": self.options, "source": self.source, "counts": self.counts,
-                "num_partitions": self.num_partitions, "after_patches": self.after_patches,
+        return {"backend": self.backend, "options": self.options, "source": self.source,
+                "measured": self.source == "session", "headline": self.headline(), "counts": self.counts,
+                "num_partitions": self.num_partitions, "session": self.session, "shapes": self.shapes,
+                "dynamic_inputs": self.dynamic_inputs, "after_patches": self.after_patches,
                 "applied_patches": self.applied_patches, "note": self.note,
                 "nodes": [n.to_dict() for n in self.nodes]}
+
+    def headline(self) -> str:
+        """The partition in one line, saying what was measured: the session's own summary (the
+        numbers ``get_partition().summary()`` gives at these shapes), or the rules' counts of model
+        nodes marked as a prediction."""
+        if self.session is not None:
+            from onnxwrapper.kernel import PartitionReport
+
+            return PartitionReport.from_dict(self.session).with_source("compile", note="").summary()
+        counts = ", ".join(f"{ep.replace('ExecutionProvider', '')} {n}" for ep, n in self.counts.items())
+        if self.source == "session":
+            return f"{counts} of {len(self.nodes)} model nodes (the QNN EP took no node)"
+        return f"{counts} of {len(self.nodes)} model nodes (predicted by static rules, not measured)"
+
+    def __repr__(self) -> str:
+        return f"PartitionPrediction({self.backend}, {self.source}: {self.headline()})"
 
 
 # -- rules -----------------------------------------------------------------------------------------
 def rule_reason(node: onnx.NodeProto, model: onnx.ModelProto, dynamic: bool) -> str | None:
     """Static reason why the QNN EP would not take ``node`` (``None``: predicted on QNN); the QNN
-    backend's own table, :func:`onnxwrapper.backends.qnn.qnn_rejection_reason`."""
+    backend's own table, :func:`onnxwrapper.backends.qnn.qnn_rejection_reason`.
+
+    An ``EPContext`` node (``com.microsoft``; what ``aipc compile`` writes) *is* a compiled QNN
+    graph when its ``source`` attribute names the QNN EP: it runs on QNN (ONNX Runtime's EPContext
+    contrib-op specification: ``source`` is the EP that generated the context)."""
+    if node.op_type == "EPContext" and node.domain == "com.microsoft":
+        source = next((a.s.decode(errors="replace") for a in node.attribute if a.name == "source"), "")
+        if not source or "QNN" in source.upper():
+            return None
+        return f"an EPContext node compiled by {source}, not by the QNN EP"
     return qnn_rejection_reason(node, model, dynamic)
 
 
 def predict_partition_rules(model: onnx.ModelProto, *, backend: str = "qnn", options: Mapping | None = None,
-                            patches: Sequence[PatchMatch] = ()) -> PartitionPrediction:
-    """Static partition prediction (see module doc); ``model`` must have named nodes."""
+                            patches: Sequence[PatchMatch] = (), assume_static: bool = False) -> PartitionPrediction:
+    """Static partition prediction (see module doc); ``model`` must have named nodes.
+    ``assume_static``: predict the partition of a static specialization of a dynamic model (what
+    the QNN backend compiles at run time) instead of the dynamic model itself (all on CPU)."""
 
-    dynamic = not is_static(model)
+    dynamic = not is_static(model) and not assume_static
     by_index = {m.node_index: m.patch for m in patches if m.applicable}
+    outputs = {o.name for o in model.graph.output}
     nodes = []
     for i, node in enumerate(model.graph.node):
+        gone = _removed_by_ort(node, outputs, static=not dynamic)
+        if gone:
+            nodes.append(NodePrediction(i, node.name, node.op_type, node.domain, OPTIMIZED, gone))
+            continue
         reason = rule_reason(node, model, dynamic)
         nodes.append(NodePrediction(i, node.name, node.op_type, node.domain, CPU_EP if reason else QNN_EP, reason,
                                     by_index.get(i) if reason else None))
     note = "dynamic input shapes" if dynamic else ""
     return PartitionPrediction(backend, dict(options or {}), "rules", nodes, note=note)
+
+
+def _removed_by_ort(node: onnx.NodeProto, graph_outputs: set, static: bool) -> str | None:
+    """Why ORT's graph optimizations (ORT_ENABLE_ALL, before partitioning) remove ``node``, if they do:
+    ``Constant`` becomes an initializer; ``Identity`` is eliminated unless it yields a graph output
+    (IdentityElimination); ``Shape``/``Size`` of a static tensor are constant-folded."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Constant":
+        return "a constant: ORT makes it an initializer before partitioning"
+    if node.op_type == "Identity" and not set(node.output) & graph_outputs:
+        return "eliminated by ORT before partitioning"
+    if static and node.op_type in ("Shape", "Size"):
+        return "constant-folded by ORT: the shapes are fixed"
+    return None
 
 
 # -- session probe ---------------------------------------------------------------------------------
@@ -138,14 +199,14 @@ _MARK = "ONNXWRAPPER_PROBE_RESULT "
 
 
 def _child_main(argv: Sequence[str]) -> int:
-    """Child side of :func:`probe_partition`: model bytes on stdin, options JSON in ``argv[0]``."""
+    """Child side of :func:`probe_partition`: options JSON in ``argv[0]``; the model path in
+    ``argv[1]``, else the model bytes on stdin."""
     import tempfile
 
     import onnxruntime
 
-
     opts = json.loads(argv[0])
-    data = sys.stdin.buffer.read()
+    data = argv[1] if len(argv) > 1 else sys.stdin.buffer.read()
     so = onnxruntime.SessionOptions()
     so.log_severity_level = 0
     with tempfile.TemporaryDirectory(prefix="onnxwrapper-inspect-") as cache:
@@ -165,13 +226,16 @@ def _child_main(argv: Sequence[str]) -> int:
 
 
 def probe_partition(model: onnx.ModelProto, backend_options: Mapping[str, Any] | None = None, *,
-                    timeout: float = 1800) -> tuple[dict | None, dict[str, str], str]:
+                    timeout: float = 1800, path: str | None = None) -> tuple[dict | None, dict[str, str], str]:
     """Create a QNN session for ``model`` in a child process and return what it reports.
 
     Args:
         model: a model with named nodes (see :func:`onnxwrapper.patches.name_unnamed_nodes`).
         backend_options: ``backend_options`` of ``backend="qnn"`` (``target``, ``precision`` …).
         timeout: seconds before the child is killed.
+        path: open the model file at ``path`` instead (it must be ``model``'s file): an EPContext
+            model names its context binary relative to its own folder, which ONNX Runtime only
+            resolves for a model opened by path.
 
     Returns:
         ``(partition dict or None, {node name: QNN EP reason}, error text)``; the partition is
@@ -182,16 +246,29 @@ def probe_partition(model: onnx.ModelProto, backend_options: Mapping[str, Any] |
         RuntimeError: the child failed (its stderr tail is in the message).
     """
     cmd = [sys.executable, "-m", "onnxwrapper.toolkit._inspect_partition", json.dumps(dict(backend_options or {}))]
-    proc = subprocess.run(cmd, input=model.SerializeToString(), capture_output=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    cmd += [os.path.abspath(path)] if path else []
+    proc = subprocess.run(cmd, input=None if path else model.SerializeToString(), capture_output=True,
+                          timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     out = proc.stdout.decode(errors="replace")
     err = _ANSI.sub("", proc.stderr.decode(errors="replace"))
     line = next((ln for ln in reversed(out.splitlines()) if ln.startswith(_MARK)), None)
     if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"the QNN partition probe failed (exit {proc.returncode}): {err.strip()[-2000:]}")
+        raise RuntimeError(f"the QNN session probe failed: {_last_error(err, proc.returncode)} (--no-probe "
+                           f"predicts the partition from static rules instead)")
     result = json.loads(line[len(_MARK):])
     reasons = {m.group(2): m.group(3).strip() for m in _VALIDATION.finditer(err)}
     return result.get("partition"), reasons, result.get("error", "")
+
+
+def _last_error(stderr: str, returncode: int) -> str:
+    """The exception line a failed child printed last (``InvalidGraph: …``), without its module path."""
+    for line in reversed(stderr.splitlines()):
+        m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Fail|InvalidGraph|InvalidArgument|NoSuchFile|"
+                     r"RuntimeException|NotImplemented|EPFail)\w*): (.*)$", line.strip())
+        if m:
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2).strip()}"
+    tail = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    return f"exit status {returncode}" + (f": {tail[-1]}" if tail else "")
 
 
 def map_session(model: onnx.ModelProto, partition: dict | None, reasons: Mapping[str, str], error: str,
@@ -223,7 +300,7 @@ def map_session(model: onnx.ModelProto, partition: dict | None, reasons: Mapping
             reason = "fused, folded or eliminated by ORT's graph optimizations before partitioning"
         nodes.append(NodePrediction(i, node.name, node.op_type, node.domain, ep, reason,
                                     by_index.get(i) if ep == CPU_EP else None))
-    return PartitionPrediction("qnn", dict(options), "session", nodes, num)
+    return PartitionPrediction("qnn", dict(options), "session", nodes, num, session=partition)
 
 
 def qnn_runs_here() -> bool:

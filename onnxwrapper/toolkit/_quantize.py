@@ -3,11 +3,11 @@
 Quantization is onnxruntime's own QNN flow (``onnxruntime.quantization.execution_providers.qnn``):
 ``qnn_preprocess_model`` (fusions the QNN EP wants) → ``get_qnn_qdq_config`` (QDQ format, the
 QNN EP's per-op constraints, calibration with a :class:`onnxruntime.quantization.CalibrationDataReader`)
-→ ``onnxruntime.quantization.quantize``. Precisions (AIPC report §4.7; ORT QNN docs):
+→ ``onnxruntime.quantization.quantize``. Precisions (ORT's QNN EP documentation, "Quantization"):
 
 * ``w8a8``  — activations ``QUInt8``, weights ``QUInt8``;
 * ``w8a16`` — activations ``QUInt16``, weights ``QUInt8`` (more accurate, ~1.2–1.6× slower on the
-  simulator, measured in research notes ort_api.md §3).
+  simulator, measured with onnxruntime-qnn 2.7.0).
 
 Before that, :func:`onnxwrapper.toolkit._quantize_prepare.prepare_for_quantizer` upgrades the opset
 when the quantizer needs it (:mod:`onnxwrapper.toolkit._opset`) and keeps numerically fragile
@@ -210,6 +210,10 @@ class QuantizeResult:
     qdq_nodes: int
     opset_upgrades: tuple[OpsetUpgrade, ...] = ()
     fragile: FragilePlan | None = None
+
+    def __repr__(self) -> str:
+        return (f"<QuantizeResult {self.precision} ({self.activation_type} activations, {self.weight_type} weights) "
+                f"{self.path}: {self.qdq_nodes} Q/DQ nodes, {self.samples} calibration sample(s), {self.seconds:.1f} s>")
 
 
 def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Iterable[Mapping[str, np.ndarray]], *,

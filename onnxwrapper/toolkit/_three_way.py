@@ -136,6 +136,9 @@ class AccuracyReport:
     not_measurable: dict[str, str] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        return f"<AccuracyReport {self.samples} sample(s), {len(self.outputs)} output(s)>\n{self.format_text()}"
+
     def to_dict(self) -> dict:
         return {"samples": self.samples, "seconds": self.seconds, "qnn_error": self.qnn_error,
                 "outputs": [o.to_dict() for o in self.outputs],

@@ -1,0 +1,254 @@
+"""Argument groups and the call plan behind ``--gen-script`` (Polygraphy's ``BaseArgs`` pattern).
+
+An :class:`ArgGroup` owns a few options: it declares them (:meth:`ArgGroup.add_parser_args`),
+turns the parsed values into Python values (:meth:`ArgGroup.parse`, raising :class:`UsageError`),
+and adds its step to the command's :class:`Plan` (:meth:`ArgGroup.add_to_plan`). A command lists
+the groups it subscribes to (:class:`Tool`); groups reach their peers as ``self.tool[OtherArgs]``.
+The docstring's first line, ``"Title: description"``, is the help section's heading.
+
+A :class:`Plan` is a list of public API calls — ``inputs = diff.generate_inputs(MODEL, seed=1)`` —
+with literal arguments and references to earlier results. The command *runs* the plan
+(:meth:`Plan.run`: each call resolved by name and called directly, never ``exec``), and
+``--gen-script`` *writes* the same plan as a standalone Python file (:meth:`Plan.render`); both
+come from the same objects, so the script does what the command does. Arguments marked
+``cli_only`` (progress bars) are passed by the command and left out of the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pprint
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from aipc._cmd_run import UsageError
+
+__all__ = ["ArgGroup", "Tool", "Plan", "Call", "Ref", "UsageError"]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A reference to a plan variable (``Ref("runs")``) or an attribute of one (``Ref("runs.directory")``)."""
+
+    name: str
+
+
+@dataclass
+class Call:
+    """One call of the plan: ``target = func(*args, **kwargs)``.
+
+    Attributes:
+        func: dotted name resolved against the plan's namespace (``"diff.run_model"``,
+            ``"result.write_json"``, ``"print"``).
+        args / kwargs: literals (``repr``-able), :class:`Ref` or nested :class:`Call` values.
+        target: the variable that receives the result, or ``None``.
+        comment: a comment line written above the call in the script.
+        cli_only: keyword arguments passed by the command only (not written to the script).
+    """
+
+    func: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    target: str | None = None
+    comment: str = ""
+    cli_only: dict = field(default_factory=dict)
+
+
+class Plan:
+    """The calls a command makes, in order; see the module docstring."""
+
+    def __init__(self, imports: Iterable[str] = ("from onnxwrapper import diff",)) -> None:
+        self.imports = list(imports)
+        self.constants: dict[str, Any] = {}
+        self.calls: list[Call] = []
+        self.result: str | None = None
+        self.namespace: dict[str, Any] = {}
+
+    def constant(self, name: str, value: Any) -> Ref:
+        """A module-level constant of the script (``MODEL = "m.onnx"``); returns its :class:`Ref`."""
+        self.constants[name] = value
+        return Ref(name)
+
+    def add(self, call: Call) -> Ref | None:
+        """Append ``call``; returns a :class:`Ref` to its target (``None`` without one)."""
+        self.calls.append(call)
+        return Ref(call.target) if call.target else None
+
+    def exit_with(self, ref: str) -> None:
+        """The plan's result — the command's exit status — is the value of ``ref`` (e.g. ``"result.exit_status"``)."""
+        self.result = ref
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, namespace: dict[str, Any] | None = None) -> Any:
+        """Make the calls; returns the value of :meth:`exit_with`'s reference (``None`` if unset).
+        The variables stay readable in :attr:`namespace` afterwards."""
+        ns: dict[str, Any] = {"diff": importlib.import_module("onnxwrapper.diff"), "os": os, "print": print}
+        ns.update(self.constants)
+        ns.update(namespace or {})
+        self.namespace = ns
+        for call in self.calls:
+            value = self._call(call, ns, cli=True)
+            if call.target:
+                ns[call.target] = value
+        return self._resolve(self.result, ns) if self.result else None
+
+    def _call(self, call: Call, ns: dict, cli: bool) -> Any:
+        func = self._resolve(call.func, ns)
+        args = [self._value(a, ns) for a in call.args]
+        kwargs = {k: self._value(v, ns) for k, v in call.kwargs.items()}
+        if cli:
+            kwargs.update(call.cli_only)
+        return func(*args, **kwargs)
+
+    def _value(self, value: Any, ns: dict) -> Any:
+        if isinstance(value, Ref):
+            return self._resolve(value.name, ns)
+        if isinstance(value, Call):
+            return self._call(value, ns, cli=True)
+        return value
+
+    @staticmethod
+    def _resolve(dotted: str, ns: dict) -> Any:
+        head, *rest = dotted.split(".")
+        obj = ns[head]
+        for part in rest:
+            obj = getattr(obj, part)
+        return obj
+
+    # -- rendering -------------------------------------------------------------------------------
+    def render(self, *, title: str, command: str) -> str:
+        """The standalone script: a docstring, the imports, the constants, one block per call,
+        and ``sys.exit(...)`` of the plan's result."""
+        import textwrap
+
+        about = textwrap.wrap(f"Written by `{command}` with --gen-script. It calls onnxwrapper's public API "
+                              f"exactly as the command does, and exits with the same status.", 96,
+                              break_on_hyphens=False, break_long_words=False)
+        lines = ["#!/usr/bin/env python3", f'"""{title}', "", *about[:-1], about[-1] + '"""', "",
+                 "import os", "import sys", "", *self.imports, ""]
+        for name, value in self.constants.items():
+            lines.append(f"{name} = {_literal(value, len(name) + 3)}")
+        for call in self.calls:
+            if call.comment:
+                lines += ["", f"# {call.comment}"]
+            text = _render_call(call)
+            lines.append(f"{call.target} = {text}" if call.target else text)
+        if self.result:
+            lines += ["", f"sys.exit({self.result})"]
+        return "\n".join(lines) + "\n"
+
+
+def _literal(value: Any, indent: int = 0) -> str:
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, Call):
+        return _render_call(value)
+    text = pprint.pformat(value, width=100 - indent, sort_dicts=False)
+    return text.replace("\n", "\n" + " " * indent)
+
+
+def _render_call(call: Call) -> str:
+    parts = [_literal(a) for a in call.args] + [f"{k}={_literal(v)}" for k, v in call.kwargs.items()]
+    one = f"{call.func}({', '.join(parts)})"
+    if len(one) <= 100:
+        return one
+    return f"{call.func}(\n" + "".join(f"    {_literal(a, 4)},\n" for a in call.args) + "".join(
+        f"    {k}={_literal(v, 5 + len(k))},\n" for k, v in call.kwargs.items()) + ")"
+
+
+class ArgGroup:
+    """Base class of an argument group; see the module docstring. Subclasses implement
+    ``add_parser_args_impl(group)``, ``parse_impl(args)`` and, when they take part in the plan,
+    ``add_to_plan(plan)``."""
+
+    tool: "Tool"
+
+    @classmethod
+    def heading(cls) -> tuple[str, str]:
+        """``(title, description)`` from the docstring's first line ``"Title: description"``."""
+        first = (cls.__doc__ or cls.__name__).strip().splitlines()[0]
+        title, _, description = first.partition(":")
+        return title.strip(), description.strip()
+
+    def add_parser_args(self, parser: argparse.ArgumentParser) -> None:
+        """Add this group's options to ``parser``, under its heading."""
+        title, description = self.heading()
+        self.add_parser_args_impl(parser.add_argument_group(title, description or None))
+
+    def add_parser_args_impl(self, group) -> None:
+        raise NotImplementedError
+
+    def parse(self, args: argparse.Namespace) -> None:
+        """Read this group's values from ``args``.
+
+        Raises:
+            UsageError: a malformed or contradictory value (exit status 64).
+        """
+        self.parse_impl(args)
+
+    def parse_impl(self, args: argparse.Namespace) -> None:
+        raise NotImplementedError
+
+    def add_to_plan(self, plan: Plan) -> None:
+        """Add this group's calls to ``plan`` (default: none)."""
+
+
+class Tool:
+    """The groups one command subscribes to, in order; ``tool[GroupClass]`` is that group."""
+
+    def __init__(self, *groups: ArgGroup) -> None:
+        self.groups = list(groups)
+        self._by_type = {type(g): g for g in groups}
+        for g in groups:
+            g.tool = self
+
+    def __getitem__(self, cls: type) -> Any:
+        return self._by_type[cls]
+
+    def __contains__(self, cls: type) -> bool:
+        return cls in self._by_type
+
+    def add_parser_args(self, parser: argparse.ArgumentParser) -> None:
+        for g in self.groups:
+            g.add_parser_args(parser)
+
+    def parse(self, args: argparse.Namespace) -> None:
+        for g in self.groups:
+            g.parse(args)
+
+    def plan(self, plan: Plan) -> Plan:
+        for g in self.groups:
+            g.add_to_plan(plan)
+        return plan
+
+
+def parse_bracketed(text: str, option: str, *, named: bool = True,
+                    convert: Callable[[str], Any] = int) -> tuple[str | None, list]:
+    """``"name:[1,3,224,224]"`` → ``("name", [1, 3, 224, 224])`` (Polygraphy's ``--input-shapes``
+    and ``--val-range`` syntax); ``"[0,1]"`` → ``(None, [0, 1])`` when ``named`` is False or the
+    name is left out. A name may contain ``:`` (``input:0:[1,2]``): the last ``:[`` separates it.
+
+    Raises:
+        UsageError: not ``[name:][v0,v1,…]`` or a value ``convert`` rejects.
+    """
+    text = text.strip()
+    name, sep, rest = text.rpartition(":[")
+    if sep:
+        body = "[" + rest
+    else:
+        name, body = "", text
+    if not (body.startswith("[") and body.endswith("]")):
+        raise UsageError(f"{option} {text!r}: expected {'NAME:' if named else ''}[V0,V1,…], e.g. "
+                         f"{'x:[1,3,224,224]' if convert is int else 'x:[0,255]'}")
+    try:
+        values = [convert(v.strip()) for v in body[1:-1].split(",") if v.strip()]
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: {exc}") from exc
+    return (name or None), values
+
+
+def absolute(path: str | None) -> str | None:
+    """``path`` made absolute (the generated script may run from another directory)."""
+    return os.path.abspath(path) if path else path
