@@ -37,6 +37,7 @@ from onnxwrapper.backends.base import Availability, Backend, BackendSession, Opt
 from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
 from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
 from onnxwrapper.backends.qnn._patching import convert_patches
+from onnxwrapper.backends.qnn._repair import REPAIRS_DOC, convert_repairs, prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, INSTALL_HINT, copy_session_options, ensure_registered,
                                                is_x86_host, qnn_versions, user_qnn_ep_options)
@@ -102,6 +103,7 @@ _DOCS = {
              "to the model); default: the only graph, else the one matching the ONNX model's IO names.",
     "onnx": "ONNX model describing a raw context binary given as the model path (names, order, dtypes, metadata); "
             "default <stem>.onnx next to the .bin when present; False: use the binary's own tensor names.",
+    "repairs": REPAIRS_DOC,
 }
 
 _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, default, convert in (
@@ -118,6 +120,7 @@ _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defa
     ("patches", True, convert_patches),
     ("graph", None, convert_graph),
     ("onnx", None, _convert_companion),
+    ("repairs", None, convert_repairs),
 )}
 
 
@@ -283,6 +286,9 @@ def open_session(config: dict[str, Any], request, availability):
                                      "supported. Pass the .onnx model.", backend="qnn")
     raw_binary = _is_raw_binary(source)
     proto = None if raw_binary else source.load_proto()
+    repair = None if raw_binary else prepare_repairs(config, source, proto)  # a repair recipe (docs/repair.md)
+    if repair is not None:
+        config, proto = repair.config, repair.proto
     stem = source.stem or "model"
     setup = qnn_setup(config, request_ep_options(request), source, user_so=request.sess_options,
                       kwargs=request.kwargs, label=_label(source), real_npu=availability.real_npu,
@@ -297,11 +303,15 @@ def open_session(config: dict[str, Any], request, availability):
     # session then also refuses CPU nodes in ORT itself (cannot fire: checked already)
     strict_configs = dict(load_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
     if raw_binary:
+        refuse_for_artifact(config, "a raw QNN context binary")
         return _open_raw_binary(setup, load_configs, f"{os.path.abspath(source.path)}:{settings.describe()}")
     model_hash = source.content_hash()
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
     compile_epcontext = EpContextFromOnnx(CacheStore(setup, proto, model_hash))
     model_input = source.path if source.path is not None else source.read_bytes()
+    compile_input = model_input
+    if repair is not None:
+        compile_epcontext, compile_input = repaired_step(repair, setup, model_hash), repair.proto.SerializeToString()
     dynamic = dynamic_inputs(proto)
 
     def artifact_info(compiled, shapes) -> ArtifactInfo:
@@ -311,11 +321,12 @@ def open_session(config: dict[str, Any], request, availability):
     if not dynamic and _is_epcontext_model(proto):
         # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
         _refuse_graph_option(settings, "this model is an EPContext model")
+        refuse_for_artifact(config, "this EPContext model")
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
         return _static(setup, model_input, load_configs, None, info, warn_key)
     if not dynamic:
         start = time.perf_counter()
-        artifact = resolve_precompiled(source, settings)
+        artifact = resolve_precompiled(source, settings) if repair is None else None
         if artifact is None or artifact.kind != "context_binary":
             _refuse_graph_option(settings, "no raw context binary is used for this model")
         if artifact is not None:
@@ -323,7 +334,7 @@ def open_session(config: dict[str, Any], request, availability):
             info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
             return _static(setup, artifact.ctx_path, load_configs, None, info, warn_key,
                            model_meta=_model_meta_override(ctx_proto, proto))
-        compiled = compile_epcontext(model_input, proto, None, label)
+        compiled = compile_epcontext(compile_input, proto, None, label)
         check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key, stacklevel=4)
         return _static(setup, compiled.ctx_path, strict_configs, compiled.report, artifact_info(compiled, None),
                        warn_key)
@@ -333,7 +344,7 @@ def open_session(config: dict[str, Any], request, availability):
         """The ORT session of the specialization for ``shapes``: precompiled next to the model, else compiled."""
         start = time.perf_counter()
         note = f"{label} [{shapes_note(shapes)}]"
-        artifact = resolve_specialization(source, settings, shapes)
+        artifact = resolve_specialization(source, settings, shapes) if repair is None else None
         if artifact is not None:
             check_artifact_interface(artifact, proto)
             so = build_session_options(setup.user_so, settings.ep_options, setup.devices, load_configs)

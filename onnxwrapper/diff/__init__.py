@@ -12,7 +12,9 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
   :class:`Tolerance` / :class:`Tolerances` (Polygraphy semantics, precision-aware :data:`PRESETS`)
   and metric functors (:mod:`onnxwrapper.diff.metrics`);
 * **assert** — :func:`assert_backends_agree`, :func:`assert_close` and
-  :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table.
+  :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table;
+* **repair** — :func:`fix` turns a failing diff into a verified repair recipe (:class:`FixResult`;
+  ``aipc fix``, docs/repair.md).
 
 Importing this package imports numpy and onnxwrapper only (no matplotlib, no backend SDK).
 """
@@ -42,6 +44,8 @@ from onnxwrapper.diff._capture_reader import (
     read_capture,
 )
 from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._fix import fix
+from onnxwrapper.diff._fix_report import FixResult
 from onnxwrapper.diff._result import (
     EXIT_BACKEND_FAILED,
     EXIT_MISMATCH,
@@ -72,5 +76,5 @@ __all__ = sorted([
     "CaptureLimitWarning", "CaptureWriter", "start_capture", "Call", "Capture", "CaptureFormatError", "ModelInfo",
     "SessionInfo", "TensorSpec", "read_capture", "compare_arrays", "compare_captures", "EXIT_OK", "EXIT_MISMATCH",
     "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "AppComparison", "BackendRun", "CallComparison", "DiffAssertionError", "DiffResult",
-    "Localization", "OutputSummary", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for", "error_budget", "snr_bar_db",
+    "Localization", "OutputSummary", "FixResult", "fix", "PRESETS", "Tolerance", "Tolerances", "parse_tol_override", "precision_for", "error_budget", "snr_bar_db",
 ])
