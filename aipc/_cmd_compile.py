@@ -298,8 +298,9 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
         with stages.step("compile"):
             # patches are applied above (before quantization, with --no-patch honoured), not by compile_model
             repairs = compile_option(qdq_path or patched, recipe) if recipe is not None else None
+            extra = {"repairs": repairs} if repairs else {}
             result = compile_model(qdq_path or patched, paths["ctx"],
-                                   backend_options=dict(options, patches=False, **({"repairs": repairs} if repairs else {})),
+                                   backend_options=dict(options, patches=False, **extra),
                                    overwrite=args.overwrite or attempt > 0, dlc_dir=paths["dlc"] if args.dlc else None)
         missed = set() if args.no_patch else _cpu_node_names(result.partition) - {r.node_name for r in records}
         fixable = {m.node_name for m in find_patches(patched, only_for=missed) if m.applicable}

@@ -40,6 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="verify every candidate, not only up to the first that passes")
     parser.add_argument("--max-calls", type=int, metavar="N", help="replay at most N calls per model")
     parser.add_argument("--no-confirm", action="store_true", help="do not run the script again with the recipe")
+    parser.add_argument("--no-localize", action="store_true",
+                        help="do not localize models the diff did not localize (candidates from value ranges only)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per child process")
     parser.add_argument("--json", metavar="PATH", help="write the fix report as JSON (default: DIFF_DIR/fix.json)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
@@ -60,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
     progress = None if args.quiet else (lambda stage: print(f"aipc fix: {stage}", file=sys.stderr, flush=True))
     result = fix(directory, backends=args.backends.split(",") if args.backends else None, remedies=remedies,
                  output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=not args.no_confirm,
+                 localize=not args.no_localize,
                  timeout=args.timeout, progress=progress)
     print(result.text())
     path = result.write_json(args.json or os.path.join(directory, "fix.json"))

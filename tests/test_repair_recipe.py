@@ -15,7 +15,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from onnxwrapper.errors import OnnxwrapperError, RecipeError, RecipeMismatchError
-from onnxwrapper.repair import (FORMAT, VERSION, ModelRecipe, RecipeBook, Rewrite, apply_recipe, assemble,
+from onnxwrapper.repair import (FORMAT, VERSION, ModelRecipe, RecipeBook, Rewrite, apply_recipe, assemble, boundary_types,
                                 load_recipes, model_sha256, part_model, split_stages, tensor_types)
 from tests.models import IR_VERSION
 
@@ -161,3 +161,19 @@ def test_assembled_parts_compute_the_original_model():
     x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
     for got, ref in zip(run(stitched, {"x": x}), run(m, {"x": x})):
         assert got.tobytes() == ref.tobytes()
+
+
+def test_boundary_types_are_made_static_by_a_cpu_probe():
+    m = chain_model()
+    for out in m.graph.output:  # declared symbolic, as exported models often are
+        out.type.tensor_type.shape.dim[0].dim_param = "n"
+    parts = split_stages(m, ["pow"])
+    declared = tensor_types(m)
+    types = boundary_types(m, parts, declared)
+    for name in ("a", "p", "y", "z"):
+        assert [d.dim_value for d in types[name].tensor_type.shape.dim] == [2, 8]
+    assert types["y"].tensor_type.elem_type == T.FLOAT
+    dynamic = chain_model()
+    dynamic.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    with pytest.raises(ValueError, match="no static shape"):
+        boundary_types(dynamic, split_stages(dynamic, ["pow"]))

@@ -37,8 +37,9 @@ from onnxwrapper.backends.base import Availability, Backend, BackendSession, Opt
 from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
 from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
 from onnxwrapper.backends.qnn._patching import convert_patches
-from onnxwrapper.backends.qnn._repair import REPAIRS_DOC, convert_repairs, prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn._repair import (REPAIRS_DOC, convert_repairs, prepare_repairs, refuse_for_artifact,
+                                              repaired_step)
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, INSTALL_HINT, copy_session_options, ensure_registered,
                                                is_x86_host, qnn_versions, user_qnn_ep_options)
 from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, QnnStaticSession, check_partition

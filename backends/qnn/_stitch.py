@@ -29,8 +29,9 @@ import onnx
 from onnxwrapper.backends.qnn._compile import CTX_NAME
 from onnxwrapper.backends.qnn._pipeline import CacheStore, Compiled, EpContextFromOnnx
 from onnxwrapper.errors import ArtifactError, BackendOptionError, PartitionError
-from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, dynamic_inputs, make_key, specialize
-from onnxwrapper.repair import assemble, part_model, split_stages, tensor_types
+from onnxwrapper.kernel import (ArtifactCache, ModelSource, NodeAssignment, PartitionReport, dynamic_inputs, make_key,
+                                specialize)
+from onnxwrapper.repair import assemble, boundary_types, part_model, split_stages
 
 __all__ = ["CPU_REASON", "StitchedEpContext", "merge_reports", "write_stitched", "compile_repaired"]
 
@@ -111,7 +112,7 @@ def _self_contained(proto: onnx.ModelProto, directory: str | None) -> onnx.Model
 
 def _split(proto, cpu_nodes):
     parts = split_stages(proto, cpu_nodes)
-    return parts, tensor_types(proto)
+    return parts, boundary_types(proto, parts)
 
 
 class StitchedEpContext:
@@ -139,7 +140,8 @@ class StitchedEpContext:
             if part.kind != "npu":
                 continue
             pm = part_model(proto, part, types)
-            key = make_key({"format": STITCH_FORMAT, "part": part.stage, "model": self.model_key, "cpu": list(self.cpu_nodes),
+            key = make_key({"format": STITCH_FORMAT, "part": part.stage, "model": self.model_key,
+                            "cpu": list(self.cpu_nodes),
                             "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}})
             data = pm.SerializeToString()
             # compiled from bytes without a model folder: onnxruntime then names the QNN partitions by
@@ -178,7 +180,8 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
 
     Without CPU subgraphs the rewritten model is compiled as usual; with them, each NPU part is
     compiled and the parts are assembled into ``output_path`` with one context binary per part
-    (``<stem>_qnn.bin``, ``<stem>_part<k>_qnn.bin``). ``CompileResult.patches`` lists the rewrites.
+    (``<stem>_qnn.bin`` for the first NPU part, ``<stem>_part<k>_qnn.bin`` for part ``k`` after it).
+    ``CompileResult.patches`` lists the rewrites.
 
     Raises:
         RecipeMismatchError, RecipeError: as for sessions. BackendOptionError: dynamic dims left, or
@@ -226,12 +229,17 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
                                                     sess_options=sess_options, overwrite=True)
             except PartitionError:
                 continue
-        names = [f"{stem}_qnn.bin"] + [f"{stem}_part{k}_qnn.bin" for k in range(1, len(parts) + 1)]
-        for existing in [output_path] + [os.path.join(folder, n) for n in names[:len(results)]]:
-            if os.path.exists(existing) and not overwrite:
-                raise ArtifactError(f"{existing} exists already; pass overwrite=True to replace it.", path=existing)
+        def bin_name(stage: int, n: int) -> str:
+            name = f"{stem}_qnn.bin" if n == 0 else f"{stem}_part{stage}_qnn.bin"
+            if os.path.exists(os.path.join(folder, name)) and not overwrite:
+                raise ArtifactError(f"{os.path.join(folder, name)} exists already; pass overwrite=True to replace it.",
+                                    path=os.path.join(folder, name))
+            return name
+
+        if os.path.exists(output_path) and not overwrite:
+            raise ArtifactError(f"{output_path} exists already; pass overwrite=True to replace it.", path=output_path)
         bins = write_stitched(folder, ctx_name, proto, parts, {k: r.ctx_path for k, r in results.items()}, types,
-                              lambda stage, n: names[n])
+                              bin_name)
     report = merge_reports(proto, parts, {k: r.partition for k, r in results.items()}, source="compile",
                            note=f"repaired: {plan.describe()}").with_patches(plan.records)
     first = next(iter(results.values()), None)

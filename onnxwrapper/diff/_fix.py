@@ -32,7 +32,8 @@ from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._report_json import sanitize
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
-from onnxwrapper.repair import ModelRecipe, RecipeBook
+from onnxwrapper.errors import RecipeError
+from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
 
 __all__ = ["fix", "tolerances_from_dict"]
 
@@ -94,7 +95,7 @@ def _takes_repairs(backend: str) -> bool:
 
 def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[str] = REMEDIES,
         output=None, max_calls: int | None = None, try_all: bool = False, confirm: bool = True,
-        timeout: float | None = None, env: Mapping[str, str] | None = None,
+        localize: bool = True, cwd=None, timeout: float | None = None, env: Mapping[str, str] | None = None,
         progress: Callable | None = None) -> FixResult:
     """Repair the failing models of a diff directory (module docstring).
 
@@ -106,6 +107,10 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         max_calls: replay at most this many calls per model (the worst failing call first).
         try_all: verify every candidate, not only up to the first that passes.
         confirm: run the script again with the recipe (script diffs only).
+        localize: localize failing models the diff did not localize (``False``: candidates from the
+            value ranges only — exact rewrites, the out-of-range region on the CPU, precision).
+        cwd: working directory of the confirmation run: the diff's recorded one, else this (default:
+            the current directory, as for ``aipc diff``).
         timeout: seconds per child process. env: extra environment of the child processes.
         progress: ``progress(stage: str)`` callback.
 
@@ -131,7 +136,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         failing = [f for f in failing if f[0] in set(backends)]
     locs = {(d.get("backend"), d.get("model")): d for d in saved.get("localizations") or () if d.get("cause")}
     result = FixResult(directory=directory, remedies=remedies)
-    if any(f not in locs for f in failing):
+    if localize and any(f not in locs for f in failing):
         say("localizing the failing models")
         for loc in localize_failures(result_check, timeout=timeout, env=dict(env or {})):
             locs.setdefault((loc.backend, loc.model), loc.to_dict())
@@ -154,7 +159,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
     if confirm and chosen:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
-                 timeout, env, say)
+                 cwd, timeout, env, say)
     return result
 
 
@@ -182,18 +187,25 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
                   model=mf.model, calls=mf.calls, tolerances=tolerances, timeout=timeout, env=dict(env or {}))
     say(f"{mf.backend} {mf.model}: baseline (no repair)")
     mf.baseline = run_trial(Trial("baseline", "the model as it is", directory=os.path.join(workdir, "baseline")),
-                            **common)
+                            nodes=len(proto.graph.node), **common)
     name = os.path.basename(info.path) if info.path else ""
     for k, cand in enumerate(candidates, 1):
         recipe = ModelRecipe(mf.sha256, name, mf.model, cand.rewrites, cand.cpu_subgraphs, cand.precision)
         trial = Trial(cand.kind, cand.title, recipe, cand.exactness, directory=os.path.join(workdir, f"candidate-{k}"))
         say(f"{mf.backend} {mf.model}: candidate {k}/{len(candidates)}: {cand.title}")
-        mf.trials.append(run_trial(trial, **common))
+        mf.trials.append(run_trial(trial, nodes=_node_count(proto, recipe), **common))
         if trial.passed and mf.recipe is None:
             mf.chosen = trial
             mf.recipe = _verified(recipe, trial, mf, run_)
             if not try_all:
                 break
+
+
+def _node_count(proto, recipe: ModelRecipe) -> int | None:
+    try:
+        return len(apply_recipe(proto, recipe).proto.graph.node)
+    except RecipeError:
+        return None
 
 
 def _model_bytes(source) -> bytes:
@@ -218,7 +230,7 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
     return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
 
 
-def _confirm(result: FixResult, directory: str, runs, reference: str, labels, timeout, env, say) -> None:
+def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cwd, timeout, env, say) -> None:
     try:
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
@@ -237,7 +249,7 @@ def _confirm(result: FixResult, directory: str, runs, reference: str, labels, ti
     result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
                               backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
                               backend_options=options, directory=_workroot(directory) + "-confirm",
-                              cwd=target.get("cwd"), timeout=timeout, env=dict(env or {}),
+                              cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
                               compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
                               output_rtol=app.get("rtol"),
                               tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))

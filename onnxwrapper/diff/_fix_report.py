@@ -75,6 +75,17 @@ def _cost(trial, baseline) -> str:
     return ", ".join(parts)
 
 
+def _best(m: ModelFix) -> str:
+    """``no candidate passed`` and, when one came closer than the unrepaired model, how close."""
+    ran = [t for t in m.trials if t.worst and isinstance(t.worst.get("snr_db"), (int, float))]
+    if not ran:
+        return "  no candidate passed"
+    best = max(ran, key=lambda t: (t.outputs_passed, t.worst["snr_db"]))
+    before = (m.baseline.worst or {}).get("snr_db") if m.baseline is not None else None
+    return (f"  no candidate passed; closest: {best.title} — worst {_db(before)} → {_db(best.worst['snr_db'])}, "
+            f"{best.outputs_passed} of {best.outputs} output(s) within tolerance")
+
+
 @dataclass
 class FixResult:
     """The outcome of :func:`~onnxwrapper.diff.fix`.
@@ -134,7 +145,7 @@ class FixResult:
                     lines.append(f"       exactness: {t.exactness}")
             lines += [f"  note: {n}" for n in m.notes]
             if m.recipe is None:
-                lines.append("  no candidate passed" if m.trials else "  no candidate to try")
+                lines.append(_best(m) if m.trials else "  no candidate to try")
         if self.recipe_path:
             lines.append(f"\nrecipe: {self.recipe_path}")
             lines.append(f"  use: python -m aipc --repairs {self.recipe_path} SCRIPT …   |   "

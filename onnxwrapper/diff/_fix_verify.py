@@ -37,8 +37,10 @@ class Trial:
         exactness: what the rewrites promise (from the registry). status: ``"pass"``, ``"fail"``
             or ``"error"`` (the candidate did not run: ``message`` says why).
         calls / failed_calls: replayed calls, and those with an output beyond tolerance.
+        outputs / outputs_passed: the model's outputs, and those within tolerance in every call.
         worst: the worst output ``{output, snr_db, cosine, session, index, failed}``. bar_db: its bar.
-        npu_nodes / total_nodes / cpu_nodes: the partition of the repaired model (first session).
+        npu_nodes / total_nodes / cpu_nodes: nodes of the (repaired) model on the NPU, all of them,
+            and the names of those off the NPU (the first session's partition).
         open_seconds: session creation (compile or cache load). call_seconds: mean seconds per call
             once compiled. first_call_seconds: mean of the first calls of each input shape (a
             dynamic-shape model compiles then).
@@ -53,6 +55,8 @@ class Trial:
     message: str = ""
     calls: int = 0
     failed_calls: int = 0
+    outputs: int = 0
+    outputs_passed: int = 0
     worst: dict | None = None
     bar_db: float | None = None
     npu_nodes: int | None = None
@@ -90,13 +94,16 @@ def _worst(summaries) -> dict | None:
 
 
 def run_trial(trial: Trial, *, label: str, backend: str, options: dict, reference, model: str, calls: list,
-              tolerances, timeout: float | None = None, env: dict | None = None) -> Trial:
+              tolerances, nodes: int | None = None, timeout: float | None = None, env: dict | None = None) -> Trial:
     """Run ``trial`` (its ``directory`` must be set) and fill in its verdict and costs.
 
     Args:
         label: the backend run's label in the diff. backend / options: its backend and options.
         reference: the reference :class:`~onnxwrapper.diff.Capture`. model: the model key.
         calls: ``[(session, index)]`` to replay. tolerances: the diff's ``Tolerances``.
+        nodes: the number of nodes of the model the backend gets (after the recipe's rewrites): the
+            NPU coverage is counted against it (a partition report may also list nodes onnxruntime
+            inserted, such as the QNN EP's layout ``Transpose`` nodes).
         timeout: seconds for the child. env: extra environment variables of the child.
     """
     os.makedirs(trial.directory, exist_ok=True)
@@ -130,17 +137,18 @@ def run_trial(trial: Trial, *, label: str, backend: str, options: dict, referenc
     trial.calls = len(cap.calls)
     failed = {(c.session, c.index) for c in result.failures if c.model == model}
     trial.failed_calls = len(failed)
+    trial.outputs, trial.outputs_passed = len(summaries), sum(1 for x in summaries if x.passed)
     trial.worst = _worst(summaries)
     trial.bar_db = trial.worst.get("bar_db") if trial.worst else None
     complete = trial.calls == len(calls)
     trial.status = "pass" if summaries and complete and all(s.passed for s in summaries) else "fail"
     if not complete:
         trial.message = f"only {trial.calls} of {len(calls)} call(s) ran"
-    _costs(trial, capture)
+    _costs(trial, capture, nodes)
     return trial
 
 
-def _costs(trial: Trial, capture: str) -> None:
+def _costs(trial: Trial, capture: str, nodes: int | None) -> None:
     try:
         with open(os.path.join(capture, "fix.json"), encoding="utf-8") as f:
             facts = json.load(f)
@@ -154,11 +162,11 @@ def _costs(trial: Trial, capture: str) -> None:
     trial.open_seconds = sum(opens) if opens else None
     reports = [r for r in (facts.get("partitions") or {}).values() if r]
     if reports:
-        nodes = reports[0].get("nodes", [])
+        assigned = reports[0].get("nodes", [])
         target = reports[0].get("target_ep")
-        trial.total_nodes = len(nodes)
-        trial.npu_nodes = sum(1 for n in nodes if n.get("ep") == target)
-        trial.cpu_nodes = [n.get("name") for n in nodes if n.get("ep") != target]
+        trial.cpu_nodes = [n.get("name") for n in assigned if n.get("ep") != target]
+        trial.total_nodes = nodes if nodes is not None else len(assigned)
+        trial.npu_nodes = max(0, trial.total_nodes - len(trial.cpu_nodes))
 
 
 def _run(request_path: str, directory: str, timeout: float | None, env: dict | None) -> tuple[int | None, str]:

@@ -119,7 +119,8 @@ class PowerOfTwoRescale(Patch):
     op_type = ""
     description = ("power-of-two rescaling around scale-homogeneous ops (MatMul/Conv/Gemm with bias, "
                    "LayerNormalization eps/s^2, sums of squares), cancelled exactly downstream")
-    exactness = "bit-exact in IEEE 754 arithmetic barring overflow and subnormal values (scaling by 2^k commutes with rounding)"
+    exactness = ("bit-exact in IEEE 754 arithmetic barring overflow and subnormal values (scaling by 2^k commutes "
+                 "with rounding)")
     automatic = False
     parameters = {"log2": "the exponent k of the scale 2^k (a non-zero integer, |k| <= 24)",
                   "output": "which output of the node to scale (default 0)",

@@ -4,7 +4,7 @@ A recipe (:mod:`onnxwrapper.repair._recipe`, docs/repair.md) is a small versione
 by the sha256 of the model file: registered rewrites (:mod:`onnxwrapper.patches`) at named nodes,
 node groups to run on the CPU, and a precision. This package reads, validates and writes recipes,
 applies their rewrites in memory (:func:`apply_recipe`) and splits a model at its CPU nodes
-(:func:`split_stages`, :func:`part_model`, :func:`assemble`). Backends apply recipes (the QNN
+(:func:`split_stages`, :func:`boundary_types`, :func:`part_model`, :func:`assemble`). Backends apply recipes (the QNN
 backend's option ``repairs``); ``onnxwrapper.diff.fix`` makes them.
 
 Example::
@@ -24,7 +24,7 @@ from __future__ import annotations
 from onnxwrapper.repair._apply import RepairedModel, apply_recipe
 from onnxwrapper.repair._recipe import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
                                         model_sha256)
-from onnxwrapper.repair._split import ModelPart, assemble, part_model, split_stages, tensor_types
+from onnxwrapper.repair._split import ModelPart, assemble, boundary_types, part_model, split_stages, tensor_types
 
 __all__ = [
     "FORMAT",
@@ -37,6 +37,7 @@ __all__ = [
     "VERSION",
     "apply_recipe",
     "assemble",
+    "boundary_types",
     "load_recipes",
     "model_sha256",
     "part_model",

@@ -57,5 +57,6 @@ def apply_recipe(model: onnx.ModelProto, recipe: ModelRecipe) -> RepairedModel:
     names = {n.name for n in proto.graph.node}
     missing = [n for n in recipe.cpu_nodes if n not in names]
     if missing:
-        raise RecipeError(f"The repair recipe puts nodes on the CPU that the model does not have: {', '.join(missing)}.")
+        raise RecipeError(f"The repair recipe puts nodes on the CPU that the model does not have: "
+                          f"{', '.join(missing)}.")
     return RepairedModel(proto, tuple(records), recipe.cpu_nodes, recipe.precision, recipe)

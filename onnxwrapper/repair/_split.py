@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["ModelPart", "split_stages", "tensor_types", "part_model", "assemble"]
+__all__ = ["ModelPart", "split_stages", "tensor_types", "boundary_types", "part_model", "assemble"]
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,55 @@ def tensor_types(model: onnx.ModelProto) -> dict:
     except Exception:  # noqa: BLE001 - inference is best effort; declared types still count
         inferred = model
     g = inferred.graph
-    table = {}
+    table: dict = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            table.setdefault(vi.name, vi.type)
+            if vi.name not in table or (_static(vi.type) and not _static(table[vi.name])):
+                table[vi.name] = vi.type
     return table
+
+
+def _static(t: onnx.TypeProto) -> bool:
+    shape = t.tensor_type.shape if t.tensor_type.HasField("shape") else None
+    return shape is not None and all(d.HasField("dim_value") for d in shape.dim)
+
+
+def boundary_types(model: onnx.ModelProto, parts, types: dict | None = None) -> dict:
+    """``types`` (default :func:`tensor_types`) completed with a static type for every tensor that
+    crosses a part boundary: where shape inference leaves a dim unknown (or keeps a graph output's
+    declared symbolic dim), the model runs once on onnxruntime's CPU EP with zeros of its static
+    input shapes, the boundary tensors exposed, and their shapes are taken from that run. A QNN part
+    needs static shapes at its inputs and outputs (the QNN EP refuses dynamic ones, measured:
+    "Dynamic shape is not supported yet, for output: …").
+
+    Raises:
+        ValueError: a model input is not static, or a boundary tensor stays untyped.
+    """
+    types = dict(types if types is not None else tensor_types(model))
+    wanted = list(dict.fromkeys(t for p in parts for t in p.inputs + p.outputs))
+    missing = [t for t in wanted if t not in types or not _static(types[t])]
+    if not missing:
+        return types
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in {i.name for i in model.graph.initializer}:
+            continue
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not _static(vi.type):
+            raise ValueError(f"input '{vi.name}' has no static shape: split a model after fixing its input shapes")
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        feeds[vi.name] = np.zeros([d.dim_value for d in t.shape.dim], dtype=dtype)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    present = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in missing if t not in present)
+    values = InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"]).run(missing, feeds)
+    for name, value in zip(missing, values):
+        arr = np.asarray(value)
+        types[name] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape))
+    return types
 
 
 def _value_info(name: str, types: dict) -> onnx.ValueInfoProto:
@@ -167,8 +212,9 @@ def part_model(model: onnx.ModelProto, part: ModelPart, types: dict) -> onnx.Mod
 def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> onnx.ModelProto:
     """One model running ``parts`` in order: NPU part ``k`` is replaced by ``built[k]`` (a model
     whose inputs and outputs are the part's, e.g. its compiled EPContext model), CPU parts keep
-    their original nodes. Graph inputs, outputs, metadata and functions are the original's; every
-    tensor crossing a part boundary gets its type as ``value_info``.
+    their original nodes. Graph inputs, outputs, metadata and functions are the original's (a graph
+    output declared with a symbolic dim gets its static type from ``types``); every tensor crossing
+    a part boundary gets its type as ``value_info``.
 
     Raises:
         ValueError: a boundary tensor's type is unknown; two built parts define the same initializer
@@ -211,7 +257,11 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
     for t in graph.initializer:  # overridable initializers (also graph inputs) stay as they were
         if any(i.name == t.name for i in graph.input):
             inits[t.name] = t
-    g = helper.make_graph(nodes, graph.name, list(graph.input), list(graph.output), list(inits.values()),
+    # graph outputs keep their declared types unless those are not static and a static one is known:
+    # the QNN EP refuses an EPContext output declared with a symbolic dim (measured)
+    outputs = [o if _static(o.type) or o.name not in types or not _static(types[o.name]) else _value_info(o.name, types)
+               for o in graph.output]
+    g = helper.make_graph(nodes, graph.name, list(graph.input), outputs, list(inits.values()),
                           doc_string=graph.doc_string,
                           value_info=[_value_info(t, types) for t in sorted(boundary)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
