@@ -103,6 +103,7 @@ class RepairPlan:
 
     @property
     def cpu_nodes(self) -> tuple:
+        """Node names the recipe runs on the CPU (empty: no split)."""
         return self.repaired.cpu_nodes
 
     @property
@@ -116,6 +117,7 @@ class RepairPlan:
         return make_key({"model": content_hash, "recipe": self.repaired.recipe.digest(), "onnxwrapper": __version__})
 
     def describe(self) -> str:
+        """One line: the recipe's rewrites, CPU nodes and precision."""
         return self.repaired.recipe.describe()
 
 
