@@ -47,6 +47,7 @@ import onnxwrapper
 from aipc._cmd_inspect import add_model_options, model_options
 from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
 from aipc._qnn_profile import profile_compiled, read_qnn_profile
+from aipc._repairs import apply_to_proto, compile_option, recipe_for_file
 from onnxwrapper.backends.qnn import compile_model
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import PartialOffloadWarning, dynamic_inputs
@@ -80,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="profile the compiled model with QNN EP profiling (per-op table; simulator timings "
                              "are not device timings)")
     parser.add_argument("--no-patch", action="store_true", help="do not apply operator patches")
+    parser.add_argument("--repairs", metavar="FILE", help="repair recipe of this model (aipc fix): its rewrites, CPU "
+                                                          "subgraphs and precision baked into the context model")
     parser.add_argument("--no-check", action="store_true", help="skip the accuracy check")
     parser.add_argument("--overwrite", action="store_true", help="replace existing output files")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -241,6 +244,9 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
     calib = None
     with stages.step("load"):
         proto = load_model_proto(args.model)
+        recipe = recipe_for_file(args.model, args.repairs) if args.repairs else None  # aipc/_repairs.py
+        if recipe is not None:
+            proto, summary["repairs"] = apply_to_proto(proto, recipe)
         if args.calibration:
             try:
                 calib = calibration_from_capture(args.calibration, args.model, max_samples=args.max_samples)
@@ -299,7 +305,10 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
                                            "fragile": q.fragile.to_dict(), "fragile_text": q.fragile.describe()}
         with stages.step("compile"):
             # patches are applied above (before quantization, with --no-patch honoured), not by compile_model
-            result = compile_model(qdq_path or patched, paths["ctx"], backend_options=dict(options, patches=False),
+            repairs = compile_option(qdq_path or patched, recipe) if recipe is not None else None
+            extra = {"repairs": repairs} if repairs else {}
+            result = compile_model(qdq_path or patched, paths["ctx"],
+                                   backend_options=dict(options, patches=False, **extra),
                                    overwrite=args.overwrite or attempt > 0, dlc_dir=paths["dlc"] if args.dlc else None)
         missed = set() if args.no_patch else _cpu_node_names(result.partition) - {r.node_name for r in records}
         fixable = {m.node_name for m in find_patches(patched, only_for=missed) if m.applicable}

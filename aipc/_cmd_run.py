@@ -35,7 +35,7 @@ __all__ = ["add_arguments", "main", "run_command", "run_help", "split_argv", "re
 EXIT_USAGE = 64          # sysexits EX_USAGE: bad options, bad environment values, bad backend/option
 EXIT_UNAVAILABLE = 69    # sysexits EX_UNAVAILABLE: the backend (or a subcommand) cannot run here
 
-_VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir"}
+_VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir", "--repairs"}
 
 
 class UsageError(Exception):
@@ -70,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             f"[{_env.ENV_VERBOSE}=0|1|2]")
     group.add_argument("--report-partition", action=argparse.BooleanOptionalAction, default=None,
                        help=f"at exit print each session's partition summary [{_env.ENV_REPORT_PARTITION}]")
+    group.add_argument("--repairs", metavar="FILE",
+                       help="repair recipe (aipc fix): backend option 'repairs' for the models it names; other "
+                            "models run unchanged")
 
 
 @dataclass
@@ -167,6 +170,8 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
             settings.backend_options[key] = value
             if source == "env":
                 settings.env_only_options.add(key)
+        if getattr(args, "repairs", None):  # models without a recipe in the file run as they are
+            settings.backend_options["repairs"] = {"file": os.path.abspath(args.repairs), "required": False}
         verbose, _ = pick(args.verbose, _env.ENV_VERBOSE, _env.parse_verbosity)
         settings.verbose = int(verbose or 0)
         report, _ = pick(args.report_partition, _env.ENV_REPORT_PARTITION, _env.parse_bool)

@@ -5,7 +5,7 @@ Forms::
     aipc [run options] script.py [args…]        = aipc run …
     aipc [run options] -m module [args…]        = aipc run -m module …
     aipc run [run options] script.py [args…]
-    aipc diff|inspect|compile|capture [options…]
+    aipc diff|fix|inspect|compile|capture [options…]
     aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
     aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
 
@@ -38,6 +38,7 @@ __all__ = ["main", "SUBCOMMANDS", "help_text"]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("aipc._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
     "diff": ("aipc._cmd_diff", "run a script on two backends and compare every session's outputs"),
+    "fix": ("aipc._cmd_fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
     "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
     "compile": ("aipc._cmd_compile", "compile a model into an EPContext model + QNN context binary (fp16, w8a16, w8a8)"),
     "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),

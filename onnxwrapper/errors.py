@@ -21,7 +21,9 @@ Hierarchy::
     │   │   │   └── RemoteJobError            a remote service's job or request failed (.job_url)
     │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
-    │   └── ArtifactError                     .path: compiled artifact or cache entry problems
+    │   ├── ArtifactError                     .path: compiled artifact or cache entry problems
+    │   └── RecipeError                       (also ValueError) .path: an unusable repair recipe file
+    │       └── RecipeMismatchError           the recipe is for another model (content hash differs)
     └── InternalError                         a broken invariant inside onnxwrapper (a bug:
                                               deliberately not an OnnxwrapperError)
 """
@@ -44,6 +46,8 @@ __all__ = [
     "InternalError",
     "OnnxwrapperError",
     "PartitionError",
+    "RecipeError",
+    "RecipeMismatchError",
     "RemoteJobError",
     "SessionClosedError",
 ]
@@ -185,6 +189,35 @@ class ArtifactError(OnnxwrapperError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class RecipeError(OnnxwrapperError, ValueError):
+    """A repair recipe (``aipc fix``'s output, backend option ``repairs``) cannot be used: unreadable,
+    not a recipe, a newer format version, an unknown rewrite or bad parameters.
+
+    Attributes:
+        path: the recipe file, when there is one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class RecipeMismatchError(RecipeError):
+    """A repair recipe was given for a model it was not made for: the model's content hash (sha256
+    of the model file's bytes) is not among the recipe's. A recipe is never applied to another model.
+
+    Attributes:
+        model_sha256: the hash of the model that was to be repaired.
+        recipe_models: ``{sha256: model name}`` the recipe holds recipes for.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, model_sha256: str = "",
+                 recipe_models=None) -> None:
+        super().__init__(message, path=path)
+        self.model_sha256 = model_sha256
+        self.recipe_models = dict(recipe_models or {})
 
 
 class InternalError(Exception):

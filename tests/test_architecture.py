@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 tomllib = pytest.importorskip("tomllib")
 
 #: packages with a curated ``__all__`` (onnxwrapper itself also forwards onnxruntime's names: test_surface.py)
-PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "onnxwrapper.patches",
+PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "onnxwrapper.patches", "onnxwrapper.repair",
             "onnxwrapper.errors", "onnxwrapper.backends", "onnxwrapper.backends.base", "onnxwrapper.backends.qnn",
             "onnxwrapper.backends.qai", "onnxwrapper.backends.snpe", "onnxwrapper.backends.cpu",
             "onnxwrapper.backends.aihub", "aipc_loader", "aipc"]

@@ -39,9 +39,14 @@ def run_cpu(model, x):
 
 
 def test_registry_names_and_lookup():
-    assert [p.name for p in list_patches()] == ["mod", "einsum", "maxpool3d"]
+    assert [p.name for p in list_patches(automatic=True)] == ["mod", "einsum", "maxpool3d"]
+    assert [p.name for p in list_patches(automatic=False)] == ["pow_square", "dilated_conv", "conv_taps",
+                                                               "softmax_stable", "rescale"]
+    assert [p.name for p in list_patches()] == ["mod", "einsum", "maxpool3d", "pow_square", "dilated_conv",
+                                                "conv_taps", "softmax_stable", "rescale"]
+    assert all(p.exactness for p in list_patches())  # every rewrite states its exactness
     assert get_patch("EINSUM").op_type == "Einsum"
-    with pytest.raises(PatchError, match="Registered patches: mod, einsum, maxpool3d"):
+    with pytest.raises(PatchError, match="Registered patches: mod, einsum, maxpool3d, pow_square"):
         get_patch("gelu")
 
 

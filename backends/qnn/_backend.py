@@ -40,6 +40,8 @@ from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_
 from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
 from onnxwrapper.backends.qnn._patching import convert_patches
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn._repair import (REPAIRS_DOC, convert_repairs, prepare_repairs, refuse_for_artifact,
+                                              repaired_step)
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, INSTALL_HINT, copy_session_options, ensure_registered,
                                                is_x86_host, qnn_versions, user_qnn_ep_options)
 from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, check_partition
@@ -105,6 +107,7 @@ _DOCS = {
              "to the model); default: the only graph, else the one matching the ONNX model's IO names.",
     "onnx": "ONNX model describing a raw context binary given as the model path (names, order, dtypes, metadata); "
             "default <stem>.onnx next to the .bin when present; False: use the binary's own tensor names.",
+    "repairs": REPAIRS_DOC,
 }
 
 _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, default, convert in (
@@ -121,6 +124,7 @@ _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defa
     ("patches", True, convert_patches),
     ("graph", None, convert_graph),
     ("onnx", None, _convert_companion),
+    ("repairs", None, convert_repairs),
 )}
 
 
@@ -297,6 +301,9 @@ def open_session(config: dict[str, Any], request, availability):
                                      "supported. Pass the .onnx model.", backend="qnn")
     raw_binary = _is_raw_binary(source)
     proto = None if raw_binary else source.load_proto()
+    repair = None if raw_binary else prepare_repairs(config, source, proto)  # a repair recipe (docs/repair.md)
+    if repair is not None:
+        config, proto = repair.config, repair.proto
     stem = source.stem or "model"
     setup = qnn_setup(config, request_ep_options(request), source, user_so=request.sess_options,
                       kwargs=request.kwargs, label=_label(source), real_npu=availability.real_npu,
@@ -315,12 +322,16 @@ def open_session(config: dict[str, Any], request, availability):
     # session then also refuses CPU nodes in ORT itself (cannot fire: checked already)
     strict_configs = dict(own_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
     if raw_binary:
+        refuse_for_artifact(config, "a raw QNN context binary")
         return _open_raw_binary(setup, load_configs, f"{os.path.abspath(source.path)}:{settings.describe()}")
     model_hash = _model_key(source, user_so)
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
     store = CacheStore(setup, proto, model_hash)
     compile_epcontext = EpContextFromOnnx(store)
     model_input = source.path if source.path is not None else source.read_bytes()
+    compile_input = model_input
+    if repair is not None:
+        compile_epcontext, compile_input = repaired_step(repair, setup, model_hash), repair.proto.SerializeToString()
     fixed = fix_free_dimensions(proto, user_so)  # the inputs as ORT sees them with the user's overrides
     dynamic = dynamic_inputs(fixed)
 
@@ -331,11 +342,12 @@ def open_session(config: dict[str, Any], request, availability):
     if not dynamic and _is_epcontext_model(proto):
         # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
         _refuse_graph_option(settings, "this model is an EPContext model")
+        refuse_for_artifact(config, "this EPContext model")
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
         return static_session(setup, model_input, load_configs, None, info, warn_key)
     if not dynamic:
         start = time.perf_counter()
-        artifact = resolve_precompiled(source, settings)
+        artifact = resolve_precompiled(source, settings) if repair is None else None
         if artifact is None or artifact.kind != "context_binary":
             _refuse_graph_option(settings, "no raw context binary is used for this model")
         if artifact is not None:
@@ -343,8 +355,11 @@ def open_session(config: dict[str, Any], request, availability):
             info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
             return static_session(setup, artifact.ctx_path, load_configs, None, info, warn_key,
                                   model_meta=_model_meta_override(ctx_proto, proto))
-        compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches, model_input, proto, None,
-                                               label)
+        if repair is not None:  # a recipe's model is compiled as it is (no CPU-fallback verdict for it)
+            compiled, no_node = compile_epcontext(compile_input, proto, None, label), None
+        else:
+            compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches, model_input, proto,
+                                                   None, label)
         if no_node is not None:
             no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
             return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
@@ -365,7 +380,7 @@ def open_session(config: dict[str, Any], request, availability):
         """The ORT session of the specialization for ``shapes``: precompiled next to the model, else compiled."""
         start = time.perf_counter()
         note = f"{label} [{shapes_note(shapes)}]"
-        artifact = resolve_specialization(source, settings, shapes)
+        artifact = resolve_specialization(source, settings, shapes) if repair is None else None
         if artifact is not None:
             check_artifact_interface(artifact, proto)
             so = build_session_options(user_so, settings.ep_options, setup.devices, load_configs,

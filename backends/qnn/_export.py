@@ -24,6 +24,7 @@ from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore
 from onnxwrapper.backends.qnn._runtime import qnn_versions, user_qnn_ep_options
 from onnxwrapper.backends.qnn._session import check_partition
 from onnxwrapper.backends.qnn._settings import qnn_setup
+from onnxwrapper.backends.qnn._stitch import compile_repaired
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import ModelSource, dynamic_inputs, shapes_note, specialize
 
@@ -104,6 +105,9 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     if not availability.available:
         raise BackendUnavailableError(f"Backend 'qnn' is not available: {availability.reason}.", backend="qnn",
                                       reason=availability.reason, install_hint=availability.install_hint)
+    if (backend_options or {}).get("repairs") is not None:  # a repair recipe, baked in (docs/repair.md)
+        return compile_repaired(compile_model, model, output_path, backend_options, input_shapes,
+                                sess_options=sess_options, overwrite=overwrite, dlc_dir=dlc_dir)
     config = QnnBackend.validate_options(backend_options or {})
     for key in ("graph", "onnx"):
         if config.get(key) is not None:

@@ -17,7 +17,9 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
   verdicts; :func:`save_tensors` / :func:`read_tensors` are the portable tensor file
   (``aipc run MODEL.onnx``, ``aipc diff --model``);
 * **assert** — :func:`assert_backends_agree`, :func:`assert_close` and
-  :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table.
+  :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table;
+* **repair** — :func:`fix` turns a failing diff into a verified repair recipe (:class:`FixResult`;
+  ``aipc fix``, docs/repair.md).
 
 Importing this package imports numpy and onnxwrapper only (no matplotlib, no backend SDK).
 """
@@ -51,6 +53,8 @@ from onnxwrapper.diff._capture_reader import (
     read_capture,
 )
 from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._fix import fix
+from onnxwrapper.diff._fix_report import FixResult
 from onnxwrapper.diff._result import (
     EXIT_BACKEND_FAILED,
     EXIT_MISMATCH,
@@ -79,10 +83,10 @@ __all__ = [  # sorted (tests/test_architecture.py); a literal list, so type chec
     "AppComparison", "BackendRun", "Call", "CallComparison", "Capture", "CaptureFormatError",
     "CaptureHandle", "CaptureLimitWarning", "CaptureWriter", "DEFAULT_MAX_BYTES", "DiffAssertionError",
     "DiffResult", "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "FORMAT",
-    "FORMAT_VERSION", "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS",
+    "FORMAT_VERSION", "FixResult", "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS",
     "STATES", "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances",
     "assert_backends_agree", "assert_close", "check", "compare", "compare_arrays", "compare_captures",
-    "compare_model_runs", "default_directory", "error_budget", "generate_inputs", "load_data_loader",
+    "compare_model_runs", "default_directory", "error_budget", "fix", "generate_inputs", "load_data_loader",
     "load_inputs", "localize_failures", "metrics", "parse_backends", "parse_tol_override", "precision_for",
     "read_capture", "read_tensors", "run", "run_model", "save_tensors", "snr_bar_db", "start_capture",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterable, Sequence
+from typing import Any, ClassVar, Iterable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -23,7 +23,7 @@ from onnx import helper, numpy_helper
 
 from onnxwrapper.errors import OnnxwrapperError
 
-__all__ = ["PatchError", "PatchRecord", "Patch", "GraphView", "as_view"]
+__all__ = ["PatchError", "PatchRecord", "Patch", "GraphView", "as_view", "constant_value"]
 
 
 class PatchError(OnnxwrapperError, ValueError):
@@ -268,6 +268,29 @@ class Patch(abc.ABC):
     op_type: ClassVar[str] = ""
     domain: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: how close the rewrite is to the original: "bit-exact …" or the error bound (docs/repair.md)
+    exactness: ClassVar[str] = ""
+    #: True: backends apply it on their own to nodes they leave off their EP (operator support);
+    #: False: applied only when asked by name, e.g. by a repair recipe (accuracy rewrites)
+    automatic: ClassVar[bool] = True
+    #: ``{parameter: one-line doc}`` accepted by :meth:`configure` (empty: no parameters)
+    parameters: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(self, **params: Any) -> None:
+        unknown = sorted(set(params) - set(self.parameters))
+        if unknown:
+            accepted = ", ".join(sorted(self.parameters)) or "none"
+            raise PatchError(f"Patch '{self.name}' has no parameter(s) {', '.join(unknown)} (accepted: {accepted}).",
+                             patch=self.name)
+        self.params: dict[str, Any] = dict(params)
+
+    def configure(self, **params: Any) -> "Patch":
+        """A new instance of this patch with ``params`` (see :attr:`parameters`).
+
+        Raises:
+            PatchError: an unknown parameter, or a value the patch refuses (the message says why).
+        """
+        return type(self)(**params)
 
     def matches(self, node: onnx.NodeProto, model: onnx.ModelProto | GraphView) -> bool:
         """True when :meth:`apply` would rewrite ``node`` (no reason to refuse)."""
@@ -319,6 +342,24 @@ def attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
             value = helper.get_attribute_value(a)
             return value.decode() if isinstance(value, bytes) else value
     return default
+
+
+def constant_value(view: GraphView, name: str) -> np.ndarray | None:
+    """The value of tensor ``name`` when it is a constant of the top-level graph: an initializer
+    that is not also a graph input (a graph input may override it at run time), or the output of
+    a ``Constant`` node with a ``value`` attribute; else ``None``."""
+    if not name or any(i.name == name for i in view.graph.input):
+        return None
+    value = view.initializer(name)
+    if value is not None:
+        return value
+    for node in view.graph.node:
+        if node.op_type == "Constant" and node.output and node.output[0] == name:
+            for a in node.attribute:
+                if a.name == "value":
+                    return numpy_helper.to_array(a.t)
+            return None
+    return None
 
 
 def node_label(node: onnx.NodeProto) -> str:

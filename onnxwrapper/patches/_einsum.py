@@ -144,6 +144,7 @@ class EinsumToMatMul(Patch):
     name = "einsum"
     op_type = "Einsum"
     description = "Einsum -> Transpose/Reshape/MatMul (+ReduceSum); 1-2 operands, no diagonals"
+    exactness = "the same sums of products in another order: float rounding only (<= 1e-6 relative in the tests)"
 
     # -- analysis ------------------------------------------------------------------------------
     def _parse(self, node: onnx.NodeProto, view: GraphView):

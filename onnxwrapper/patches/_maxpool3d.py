@@ -56,6 +56,8 @@ class MaxPool3dTo2d(Patch):
     name = "maxpool3d"
     op_type = "MaxPool"
     description = "MaxPool with a 3-D kernel -> 2-D MaxPool over (H, W) then over D, with Reshapes"
+    exactness = ("bit-exact (max is exact); a window holding only -inf may give -inf or -FLT_MAX, as ORT's own "
+                 "MaxPool kernels do")
 
     def targets(self, node: onnx.NodeProto) -> bool:
         """3-D MaxPool nodes only (``kernel_shape`` with 3 entries)."""

@@ -56,6 +56,8 @@ class ModToArithmetic(Patch):
     op_type = "Mod"
     description = ("Mod -> Div/Mul/Sub (integers, exact; fmod=0 sign fix), "
                    "floats -> a - b*sign(q)*floor(|q|), q = a/b")
+    exactness = ("integers bit-exact (fmod=0 for |b| < 2^(bits-2)); floats within ~1 ulp of a, and off by "
+                 "±b when a/b is within one rounding step of an integer")
 
     def _reject_reason(self, node: onnx.NodeProto, view: GraphView) -> str | None:
         if len(node.input) != 2 or len(node.output) != 1:

@@ -21,11 +21,17 @@ from onnxwrapper.patches._base import GraphView, Patch, PatchError, PatchRecord
 __all__ = ["PatchMatch", "list_patches", "get_patch", "find_patches", "apply_patches", "patch_offloaded",
            "load_model_proto", "name_unnamed_nodes"]
 
-#: registry name -> (module, class name); order = order of evaluation for a node.
+#: registry name -> (module, class name); order = order of evaluation for a node. The first three
+#: are automatic (operator support); the others are applied by name only (accuracy repairs).
 _TABLE: tuple[tuple[str, str, str], ...] = (
     ("mod", "onnxwrapper.patches._mod", "ModToArithmetic"),
     ("einsum", "onnxwrapper.patches._einsum", "EinsumToMatMul"),
     ("maxpool3d", "onnxwrapper.patches._maxpool3d", "MaxPool3dTo2d"),
+    ("pow_square", "onnxwrapper.patches._pow_square", "PowSquareToMul"),
+    ("dilated_conv", "onnxwrapper.patches._dilated_conv", "DilatedConvToDense"),
+    ("conv_taps", "onnxwrapper.patches._conv_taps", "ConvToTaps"),
+    ("softmax_stable", "onnxwrapper.patches._softmax_stable", "NaiveSoftmaxToStable"),
+    ("rescale", "onnxwrapper.patches._rescale", "PowerOfTwoRescale"),
 )
 _loaded: dict[str, Patch] | None = None
 _lock = threading.Lock()
@@ -49,9 +55,15 @@ def _patches() -> dict[str, Patch]:
         return _loaded
 
 
-def list_patches() -> list[Patch]:
-    """Every registered patch, in evaluation order."""
-    return list(_patches().values())
+def list_patches(*, automatic: bool | None = None) -> list[Patch]:
+    """Every registered patch, in evaluation order.
+
+    Args:
+        automatic: ``True``: only the patches backends apply on their own to nodes they leave off
+            their EP (operator support: mod, einsum, maxpool3d); ``False``: only those applied by
+            name (accuracy repairs: pow_square, dilated_conv, conv_taps, softmax_stable, rescale); ``None``: all.
+    """
+    return [p for p in _patches().values() if automatic is None or p.automatic == automatic]
 
 
 def get_patch(name: str) -> Patch:
@@ -118,7 +130,7 @@ def _selector(only_for: NodeFilter) -> Callable[[onnx.NodeProto], bool]:
 
 def _wanted(names: Iterable[str] | None) -> list[Patch]:
     if names is None:
-        return list_patches()
+        return list_patches(automatic=True)
     return [get_patch(n) for n in names]
 
 
@@ -128,7 +140,8 @@ def find_patches(model: ModelLike | GraphView, *, names: Iterable[str] | None = 
 
     Args:
         model: the model (not modified).
-        names: restrict to these patch names. Defaults to all.
+        names: restrict to these patch names. Defaults to the automatic ones
+            (``list_patches(automatic=True)``).
         only_for: node names, or a predicate on ``NodeProto``; other nodes are skipped.
 
     Returns:
@@ -163,7 +176,8 @@ def apply_patches(model: ModelLike, *, only_for: NodeFilter = None, names: Itera
             (read with its external data; nothing is written).
         only_for: restrict rewrites to these node names, or to nodes for which the predicate is
             True. Defaults to every node.
-        names: patch names to use. Defaults to every registered patch.
+        names: patch names to use. Defaults to the automatic patches (``list_patches(automatic=True)``);
+            repair rewrites (``automatic=False``) apply only when named here or by a recipe.
         disabled: patch names to skip (e.g. from a ``patches=`` backend option).
 
     Returns:

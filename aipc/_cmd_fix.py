@@ -1,0 +1,70 @@
+"""aipc fix: turn a failing `aipc diff` into a verified repair recipe.
+
+usage:
+  aipc fix DIFF_DIR [--output FILE] [--remedies exact,kernel,cpu,precision] [--all] [--no-confirm]
+
+For each model whose outputs failed on values (its localization is read from the diff's report, or
+made now), candidates are tried from the cheapest and most exact to the most costly: exact rewrites
+that keep FP16 in range (power-of-two rescaling, a max-subtracted softmax), rewrites that avoid a
+wrong kernel (Pow(x, 2) as Mul(x, x), a dilated or wide Conv1d tap by tap, the patch registry), the
+culprit subgraph on the CPU, and higher precision where the target has one. Each is verified by
+replaying the model's recorded calls on the backend and judging them with the diff's own tolerances;
+the first that passes goes into the recipe file (default DIFF_DIR/repairs.json), and for a script
+diff the script runs once more with it. Apply a recipe with `python -m aipc --repairs FILE script.py`,
+`InferenceSession(..., backend_options={"repairs": FILE})` or `aipc compile --repairs FILE`.
+
+Exit status: 0 every failing model repaired (and the confirmation run passed) · 1 not all repaired ·
+2 nothing to repair, or the unrepaired model could not be replayed · 64 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from onnxwrapper.diff import fix
+from onnxwrapper.diff._fix_candidates import REMEDIES
+
+EXIT_USAGE = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare the options of ``aipc fix`` on ``parser``."""
+    parser.add_argument("directory", metavar="DIFF_DIR", help="a directory written by aipc diff (or a model diff)")
+    parser.add_argument("--output", "-o", metavar="FILE", help="recipe file to write (default: DIFF_DIR/repairs.json)")
+    parser.add_argument("--remedies", default=",".join(REMEDIES), metavar="LIST",
+                        help=f"kinds of remedy to try, in this order (default: {','.join(REMEDIES)})")
+    parser.add_argument("--backends", metavar="LABELS", help="only these runs of the diff (comma separated)")
+    parser.add_argument("--all", dest="try_all", action="store_true",
+                        help="verify every candidate, not only up to the first that passes")
+    parser.add_argument("--max-calls", type=int, metavar="N", help="replay at most N calls per model")
+    parser.add_argument("--no-confirm", action="store_true", help="do not run the script again with the recipe")
+    parser.add_argument("--no-localize", action="store_true",
+                        help="do not localize models the diff did not localize (candidates from value ranges only)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per child process")
+    parser.add_argument("--json", metavar="PATH", help="write the fix report as JSON (default: DIFF_DIR/fix.json)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``aipc fix``; returns the exit status."""
+    directory = os.path.abspath(args.directory)
+    if not os.path.isfile(os.path.join(directory, "diff.json")):
+        print(f"aipc fix: error: {directory} is not an aipc diff directory (no diff.json)", file=sys.stderr)
+        return EXIT_USAGE
+    remedies = [r.strip() for r in args.remedies.split(",") if r.strip()]
+    unknown = [r for r in remedies if r not in REMEDIES]
+    if unknown or not remedies:
+        print(f"aipc fix: error: --remedies: unknown kind(s) {', '.join(unknown) or '(none given)'}; "
+              f"expected some of {','.join(REMEDIES)}", file=sys.stderr)
+        return EXIT_USAGE
+    progress = None if args.quiet else (lambda stage: print(f"aipc fix: {stage}", file=sys.stderr, flush=True))
+    result = fix(directory, backends=args.backends.split(",") if args.backends else None, remedies=remedies,
+                 output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=not args.no_confirm,
+                 localize=not args.no_localize,
+                 timeout=args.timeout, progress=progress)
+    print(result.text())
+    path = result.write_json(args.json or os.path.join(directory, "fix.json"))
+    print(f"aipc fix: report written: {path}", file=sys.stderr)
+    return result.exit_status

@@ -1,0 +1,189 @@
+"""Repair recipes in the QNN backend: backend option ``repairs`` (docs/repair.md).
+
+A recipe (:mod:`onnxwrapper.repair`) says how to make a model agree with the CPU on the HTP:
+rewrites at named nodes, nodes to run on the CPU, a precision. At ``open`` (and in
+``compile_model``):
+
+1. the recipe of the model is looked up by the sha256 of the model's bytes — a recipe for
+   another model is refused with :class:`~onnxwrapper.errors.RecipeMismatchError`, never applied;
+2. its rewrites are applied to an in-memory copy (nothing is written next to the user's model);
+3. the repaired model is compiled under its own cache key — the model's content hash combined with
+   the recipe's digest (rewrites, CPU subgraphs, precision) and the onnxwrapper version — so a
+   changed recipe never reuses a stale context binary;
+4. with CPU subgraphs, the model is split into NPU, CPU, NPU … parts, each NPU part compiled to its
+   own context binary, and the parts assembled into **one** EPContext model that one onnxruntime
+   session runs (:mod:`onnxwrapper.backends.qnn._stitch`); its partition report lists the CPU nodes
+   with the reason and the rewrites as patches.
+
+Precompiled ``<stem>_ctx.onnx`` artifacts next to the model are not used when a recipe applies
+(they were compiled without it); ``aipc compile --repairs`` bakes a recipe into an artifact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.errors import BackendOptionError, RecipeError
+from onnxwrapper.kernel import __version__, make_key
+from onnxwrapper.repair import RecipeBook, RepairedModel, apply_recipe, load_recipes, model_sha256
+
+__all__ = ["RepairsOption", "RepairPlan", "convert_repairs", "prepare_repairs", "REPAIRS_DOC", "repaired_step",
+           "with_recipe_records", "refuse_for_artifact"]
+
+REPAIRS_DOC = ("Repair recipe written by `aipc fix` (a path), applied to the model whose sha256 it names: rewrites "
+               "in memory, CPU subgraphs, precision; a recipe for another model raises RecipeMismatchError. "
+               "{'file': PATH, 'required': False} leaves models without a recipe unchanged (python -m aipc "
+               "--repairs). See docs/repair.md.")
+
+
+@dataclass(frozen=True)
+class RepairsOption:
+    """The converted ``repairs`` option.
+
+    Attributes:
+        book: the recipes. required: a model without a recipe is an error (``True``) or runs
+            unrepaired (``False``). spec: the option as given (JSON-ready, for child processes).
+    """
+
+    book: RecipeBook
+    required: bool
+    spec: Any
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+
+def convert_repairs(value: Any) -> RepairsOption | None:
+    """Converter of the ``repairs`` option: ``None``; a recipe file path; a dict
+    ``{"file": PATH, "required": bool}``; a :class:`~onnxwrapper.repair.RecipeBook`; or an already
+    converted :class:`RepairsOption`.
+
+    Raises:
+        ValueError (a :class:`~onnxwrapper.errors.RecipeError`): unreadable or invalid recipe.
+        TypeError: another type.
+    """
+    if value is None or isinstance(value, RepairsOption):
+        return value
+    if isinstance(value, RecipeBook):
+        return RepairsOption(value, True, value.path)
+    if isinstance(value, (str, os.PathLike)):
+        return RepairsOption(load_recipes(value), True, os.path.abspath(os.fspath(value)))
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"file", "required"}
+        if unknown or "file" not in value:
+            raise ValueError(f"expected {{'file': PATH, 'required': bool}}, got keys {sorted(value)}")
+        required = value.get("required", True)
+        if not isinstance(required, bool):
+            raise TypeError("'required' must be True or False")
+        path = os.path.abspath(os.fspath(value["file"]))
+        return RepairsOption(load_recipes(path), required, {"file": path, "required": required})
+    raise TypeError(f"expected a recipe file path or {{'file': PATH, 'required': bool}}, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """A recipe that applies to the model being opened or compiled.
+
+    Attributes:
+        repaired: the rewritten model (:class:`~onnxwrapper.repair.RepairedModel`).
+        config: the backend options to use (``precision`` from the recipe when it sets one).
+    """
+
+    repaired: RepairedModel
+    config: Mapping[str, Any]
+
+    @property
+    def proto(self):
+        """The rewritten ``onnx.ModelProto``."""
+        return self.repaired.proto
+
+    @property
+    def cpu_nodes(self) -> tuple:
+        """Node names the recipe runs on the CPU (empty: no split)."""
+        return self.repaired.cpu_nodes
+
+    @property
+    def records(self) -> list:
+        """The rewrites as patch-record dicts (``PartitionReport.patches``)."""
+        return [r.to_dict() for r in self.repaired.records]
+
+    def model_hash(self, content_hash: str) -> str:
+        """The cache identity of the repaired model: the original's content hash, the recipe's
+        digest and the onnxwrapper version (the rewrites' implementation)."""
+        return make_key({"model": content_hash, "recipe": self.repaired.recipe.digest(), "onnxwrapper": __version__})
+
+    def describe(self) -> str:
+        """One line: the recipe's rewrites, CPU nodes and precision."""
+        return self.repaired.recipe.describe()
+
+
+def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | None:
+    """The recipe that applies to the model, applied in memory; ``None`` without option or recipe.
+
+    Args:
+        config: validated ``qnn`` backend options (``repairs`` converted by :func:`convert_repairs`).
+        source: the model's :class:`~onnxwrapper.kernel.ModelSource`. proto: its ``onnx.ModelProto``.
+
+    Raises:
+        RecipeMismatchError: the recipe is for another model (``required``), or for a model of
+            the same file name with another content.
+        RecipeError: a rewrite or CPU node of the recipe does not fit the model.
+        BackendOptionError: the recipe puts nodes on the CPU while ``strict=True``.
+    """
+    option = config.get("repairs")
+    if option is None:
+        return None
+    name = os.path.basename(source.path) if source.path is not None else None
+    recipe = option.book.for_model(model_sha256(source.read_bytes()), name, required=option.required)
+    if recipe is None or recipe.empty:
+        return None
+    if recipe.cpu_subgraphs and config.get("strict"):
+        raise BackendOptionError(f"The repair recipe runs {len(recipe.cpu_nodes)} node(s) of {name or 'the model'} on "
+                                 f"the CPU ({', '.join(recipe.cpu_nodes[:5])}), which strict=True forbids. Drop "
+                                 f"strict, or make a recipe without CPU subgraphs.", backend="qnn")
+    repaired = apply_recipe(proto, recipe)
+    new_config = dict(config)
+    if recipe.precision:
+        new_config["precision"] = recipe.precision
+    return RepairPlan(repaired, new_config)
+
+
+def with_recipe_records(compiled, plan: RepairPlan):
+    """``compiled`` (a pipeline ``Compiled``) whose partition report also lists the recipe's
+    rewrites (first) among its patches, and says it was repaired."""
+    report = compiled.report
+    report = report.with_patches(plan.records + [dict(p) for p in report.patches])
+    note = (report.note + "; " if report.note else "") + f"repaired: {plan.describe()}"
+    return dataclasses.replace(compiled, report=report.with_source(report.source, note))
+
+
+def refuse_for_artifact(config: Mapping[str, Any], what: str) -> None:
+    """Raise when ``repairs`` is given for a model that is already compiled (a ``.bin`` or an EPContext model).
+
+    Raises:
+        RecipeError: always when the option is set.
+    """
+    if config.get("repairs") is not None:
+        raise RecipeError(f"Option 'repairs' applies to ONNX models before they are compiled; {what} is compiled "
+                          f"already. Compile the original model with `aipc compile --repairs FILE` instead.")
+
+
+def repaired_step(plan: RepairPlan, setup, content_hash: str):
+    """The compile step of a repaired session, called like ``EpContextFromOnnx``:
+    ``step(model_input, proto, shapes=None, note="") -> Compiled``. Without CPU subgraphs it is the
+    normal pipeline on the rewritten model under the repaired cache identity
+    (:meth:`RepairPlan.model_hash`); with them, the split-compile-assemble step of
+    :mod:`onnxwrapper.backends.qnn._stitch`. Either way the report lists the recipe's rewrites."""
+    from onnxwrapper.backends.qnn._stitch import StitchedEpContext
+
+    key = plan.model_hash(content_hash)
+    inner = (StitchedEpContext(setup, plan.cpu_nodes, key) if plan.cpu_nodes
+             else EpContextFromOnnx(CacheStore(setup, plan.proto, key)))
+
+    def step(model_input, proto, shapes=None, note=""):
+        return with_recipe_records(inner(model_input, proto, shapes, note), plan)
+    return step

@@ -1,0 +1,255 @@
+"""``aipc fix``: from a failing diff to a verified repair recipe (docs/repair.md).
+
+For each (backend run, model) of a diff directory whose outputs failed on values:
+
+1. the localization — read from the diff's ``report.json``, or run now (``--localize``'s rounds);
+2. the candidates, cheapest and most exact first (:mod:`onnxwrapper.diff._fix_candidates`):
+   exact rewrites, kernel-avoiding rewrites, the culprit on the CPU, higher precision;
+3. each candidate is verified by replaying the model's recorded calls on the backend with the
+   candidate's recipe and judging them with the diff's own tolerances
+   (:mod:`onnxwrapper.diff._fix_verify`); the unrepaired model is replayed the same way first (the
+   baseline: the failure must reproduce, and it is what the costs are measured against);
+4. the first candidate that passes (every one with ``try_all``) goes into the recipe file, keyed by
+   the model's sha256, with how it was verified and what it costs (NPU nodes, seconds per call).
+
+Then, for a script diff, the script runs again under ``aipc diff`` with the recipe applied
+(``repairs={"file": …, "required": False}``) to confirm the app-level result. A diff directory
+made from a model instead of a script works the same (its captures have the same format); only
+the confirmation run is skipped. The backend must take the ``repairs`` option (``qnn`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Callable, Iterable, Mapping
+
+from onnxwrapper.diff._api import MANIFEST, check, run
+from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
+from onnxwrapper.diff._fix_report import FixResult, ModelFix
+from onnxwrapper.diff._fix_verify import Trial, run_trial
+from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._report_json import sanitize
+from onnxwrapper.diff._tolerance import Tolerance, Tolerances
+from onnxwrapper.errors import RecipeError
+from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
+
+__all__ = ["fix", "tolerances_from_dict"]
+
+_RANGE_CALLS = 8
+
+
+def tolerances_from_dict(doc: Mapping | None) -> Tolerances:
+    """The :class:`~onnxwrapper.diff.Tolerances` of a report's ``tolerances`` object (its inverse of
+    ``Tolerances.to_dict``)."""
+    doc = doc or {}
+
+    def tol(d):
+        return Tolerance(**{k: v for k, v in d.items() if k in Tolerance.__dataclass_fields__})
+    default = tol(doc["default"]) if doc.get("default") else None
+    overrides = [(p, tol(c) if isinstance(c, Mapping) and "preset" in c else dict(c))
+                 for p, c in doc.get("overrides") or ()]
+    return Tolerances(default=default, overrides=overrides, changes=dict(doc.get("changes") or {}))
+
+
+def _saved_report(directory: str) -> dict:
+    try:
+        with open(os.path.join(directory, "report.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _workroot(directory: str) -> str:
+    root, n = os.path.join(directory, "fix"), 1
+    while os.path.exists(root):
+        n += 1
+        root = os.path.join(directory, f"fix-{n}")
+    return root
+
+
+def _higher_precision(backend: str) -> str | None:
+    """``"fp32"`` when the backend has a ``precision`` option that accepts it and is not a real NPU
+    (the QNN HTP runs FP32 graphs in FP16 on devices; only its x86-64 simulator computes FP32)."""
+    from onnxwrapper._registry import default_registry
+
+    try:
+        cls = default_registry().get(backend)
+        if "precision" not in cls.options or default_registry().probe(backend).real_npu:
+            return None
+        cls.validate_options({"precision": "fp32"})
+        return "fp32"
+    except Exception:  # noqa: BLE001 - no higher precision known for this backend
+        return None
+
+
+def _takes_repairs(backend: str) -> bool:
+    from onnxwrapper._registry import default_registry
+
+    try:
+        return "repairs" in default_registry().get(backend).options
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[str] = REMEDIES,
+        output=None, max_calls: int | None = None, try_all: bool = False, confirm: bool = True,
+        localize: bool = True, cwd=None, timeout: float | None = None, env: Mapping[str, str] | None = None,
+        progress: Callable | None = None) -> FixResult:
+    """Repair the failing models of a diff directory (module docstring).
+
+    Args:
+        directory: a diff directory (``aipc diff``'s, or a model diff's).
+        backends: run labels to repair (default: every run that failed on values).
+        remedies: kinds to try, in this order: ``exact``, ``kernel``, ``cpu``, ``precision``.
+        output: the recipe file to write (default ``<directory>/repairs.json``).
+        max_calls: replay at most this many calls per model (the worst failing call first).
+        try_all: verify every candidate, not only up to the first that passes.
+        confirm: run the script again with the recipe (script diffs only).
+        localize: localize failing models the diff did not localize (``False``: candidates from the
+            value ranges only — exact rewrites, the out-of-range region on the CPU, precision).
+        cwd: working directory of the confirmation run: the diff's recorded one, else this (default:
+            the current directory, as for ``aipc diff``).
+        timeout: seconds per child process. env: extra environment of the child processes.
+        progress: ``progress(stage: str)`` callback.
+
+    Returns:
+        :class:`~onnxwrapper.diff.FixResult` (``exit_status`` 0 when every failing model got a
+        verified recipe and the confirmation, if run, passed).
+
+    Raises:
+        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind.
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    remedies = tuple(remedies)
+    unknown = [r for r in remedies if r not in REMEDIES]
+    if unknown:
+        raise ValueError(f"unknown remedy kind(s) {', '.join(unknown)}; expected some of {', '.join(REMEDIES)}")
+    say = progress or (lambda _stage: None)
+    result_check = check(directory)
+    saved = _saved_report(directory)
+    tolerances = tolerances_from_dict(saved.get("tolerances"))
+    result_check.tolerances = tolerances
+    failing = sorted({(s.backend, s.model) for s in result_check.outputs if s.kind in ("tolerance", "nonfinite")})
+    if backends is not None:
+        failing = [f for f in failing if f[0] in set(backends)]
+    locs = {(d.get("backend"), d.get("model")): d for d in saved.get("localizations") or () if d.get("cause")}
+    result = FixResult(directory=directory, remedies=remedies)
+    if localize and any(f not in locs for f in failing):
+        say("localizing the failing models")
+        for loc in localize_failures(result_check, timeout=timeout, env=dict(env or {})):
+            locs.setdefault((loc.backend, loc.model), loc.to_dict())
+    runs = result_check.runs
+    reference = read_capture(runs[result_check.reference].capture_dir)
+    root = _workroot(directory)
+    for label, model in failing:
+        run_ = runs[label]
+        mf = ModelFix(backend=label, model=model, sha256=reference.models[model].sha256,
+                      localization=locs.get((label, model)))
+        result.models.append(mf)
+        if not _takes_repairs(run_.backend):
+            mf.notes.append(f"backend '{run_.backend}' has no 'repairs' option: it cannot apply a recipe")
+            continue
+        _fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
+                   max_calls, try_all, timeout, env, say)
+    chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
+    if chosen:
+        book = RecipeBook(chosen)
+        result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
+    if confirm and chosen:
+        _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
+                 cwd, timeout, env, say)
+    return result
+
+
+def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies, workdir, max_calls, try_all,
+               timeout, env, say) -> None:
+    import onnx
+
+    info = reference.models[mf.model]
+    proto = onnx.load_model_from_string(_model_bytes(info.model_source()))
+    worst = [s.worst for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model
+             and s.worst is not None and not s.passed]
+    first = {(w.session, w.index) for w in worst}
+    calls = [c for c in reference.calls if c.model == mf.model and c.method != "run_with_iobinding"]
+    calls.sort(key=lambda c: ((c.session, c.index) not in first, c.seq))
+    calls = calls[:max_calls] if max_calls else calls
+    mf.calls = [(c.session, c.index) for c in calls]
+    precision = next((s.precision for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model),
+                     "fp16")
+    say(f"{mf.backend} {mf.model}: candidates")
+    candidates, notes = candidates_for(proto, mf.localization, [c.inputs() for c in calls[:_RANGE_CALLS]],
+                                       precision, remedies=remedies,
+                                       higher_precision=_higher_precision(run_.backend))
+    mf.notes += notes
+    common = dict(label=mf.backend, backend=run_.backend, options=dict(run_.options), reference=reference,
+                  model=mf.model, calls=mf.calls, tolerances=tolerances, timeout=timeout, env=dict(env or {}))
+    say(f"{mf.backend} {mf.model}: baseline (no repair)")
+    mf.baseline = run_trial(Trial("baseline", "the model as it is", directory=os.path.join(workdir, "baseline")),
+                            nodes=len(proto.graph.node), **common)
+    name = os.path.basename(info.path) if info.path else ""
+    for k, cand in enumerate(candidates, 1):
+        recipe = ModelRecipe(mf.sha256, name, mf.model, cand.rewrites, cand.cpu_subgraphs, cand.precision)
+        trial = Trial(cand.kind, cand.title, recipe, cand.exactness, directory=os.path.join(workdir, f"candidate-{k}"))
+        say(f"{mf.backend} {mf.model}: candidate {k}/{len(candidates)}: {cand.title}")
+        mf.trials.append(run_trial(trial, nodes=_node_count(proto, recipe), **common))
+        if trial.passed and mf.recipe is None:
+            mf.chosen = trial
+            mf.recipe = _verified(recipe, trial, mf, run_)
+            if not try_all:
+                break
+
+
+def _node_count(proto, recipe: ModelRecipe) -> int | None:
+    try:
+        return len(apply_recipe(proto, recipe).proto.graph.node)
+    except RecipeError:
+        return None
+
+
+def _model_bytes(source) -> bytes:
+    if isinstance(source, bytes):
+        return source
+    with open(source, "rb") as f:
+        return f.read()
+
+
+def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRecipe:
+    import dataclasses
+
+    base = mf.baseline
+    verified = {"backend": run_.backend, "options": {k: v for k, v in run_.options.items()}, "calls": trial.calls,
+                "worst_output": (trial.worst or {}).get("output"), "worst_snr_db": (trial.worst or {}).get("snr_db"),
+                "bar_db": trial.bar_db, "npu_nodes": trial.npu_nodes, "total_nodes": trial.total_nodes,
+                "seconds_per_call": trial.call_seconds,
+                "unrepaired": {"worst_snr_db": (base.worst or {}).get("snr_db") if base else None,
+                               "npu_nodes": base.npu_nodes if base else None,
+                               "seconds_per_call": base.call_seconds if base else None}}
+    note = f"{trial.kind}: {trial.title}" + (f" — {trial.exactness}" if trial.exactness else "")
+    return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
+
+
+def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cwd, timeout, env, say) -> None:
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return
+    target = manifest.get("target") or {}
+    argv = target.get("argv")
+    if not argv:
+        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
+        return
+    app = manifest.get("app") or {}
+    backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
+    options = {lb: dict(runs[lb].options, repairs={"file": result.recipe_path, "required": False}) for lb in labels}
+    options[reference] = dict(runs[reference].options)
+    say("confirming: the script again, with the recipe")
+    result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
+                              backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
+                              backend_options=options, directory=_workroot(directory) + "-confirm",
+                              cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
+                              compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
+                              output_rtol=app.get("rtol"),
+                              tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))

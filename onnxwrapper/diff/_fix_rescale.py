@@ -1,0 +1,143 @@
+"""Choosing the exact rewrites that bring a model's FP16 overflows back into range (``aipc fix``).
+
+Loop: measure the reference's value ranges (:mod:`onnxwrapper.diff._fix_ranges`); take the first
+tensor beyond FP16's range; if a naive softmax's ``Exp`` produces it, the ``softmax_stable``
+rewrite; else the ``rescale`` rewrite whose region covers it with every scaled tensor's peak at
+most :data:`TARGET` — trying start tensors from the overflowing one upwards (at most
+:data:`MAX_DEPTH` producers up; a start must be in range itself unless the scale is folded into its
+producer's weight), and for each the smallest power of two that fits; constant-weight
+``MatMul``/``Gemm``/``Conv`` nodes whose original output is itself too large keep the scale
+(``pass_through``) instead of folding it back. Apply it, measure again, until nothing is out of
+range or no exact rewrite fits. Rewrites are bit-exact, so measuring the rewritten model on the CPU
+shows exactly what is left.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import onnx
+
+from onnxwrapper.diff._fix_ranges import out_of_range, reference_ranges
+from onnxwrapper.patches import GraphView, PatchError, get_patch, name_unnamed_nodes
+from onnxwrapper.repair import Rewrite
+
+__all__ = ["TARGET", "FLOOR", "MAX_DEPTH", "exact_overflow_rewrites"]
+
+#: largest scaled peak accepted: 2^14, a factor 4 below FP16's largest value, for inputs larger than the recorded ones
+TARGET = 2.0 ** 14
+#: a tensor whose peak is above this is not scaled below it (FP16 normal numbers start at 2^-14)
+FLOOR = 2.0 ** -6
+#: how many producers up from the overflowing tensor a scale may start
+MAX_DEPTH = 4
+_MAX_STEPS = 12
+
+
+def _producers(model: onnx.ModelProto) -> dict:
+    return {o: n for n in model.graph.node for o in n.output if o}
+
+
+def _starts(model: onnx.ModelProto, tensor: str) -> list:
+    """Tensors from ``tensor`` upwards (breadth first, :data:`MAX_DEPTH` levels) with a producer."""
+    producer = _producers(model)
+    consts = {i.name for i in model.graph.initializer}
+    seen, level, order = {tensor}, [tensor], []
+    for _depth in range(MAX_DEPTH + 1):
+        nxt = []
+        for t in level:
+            node = producer.get(t)
+            if node is None or node.op_type == "Constant":
+                continue
+            order.append(t)
+            for i in node.input:
+                if i and i not in seen and i not in consts:
+                    seen.add(i)
+                    nxt.append(i)
+        level = nxt
+    return order
+
+
+def _fits(plan, ranges: dict) -> bool:
+    for t, e in plan.exponents.items():
+        peak = ranges.get(t, 0.0)
+        scaled = peak * 2.0 ** e
+        if scaled > TARGET or (peak >= FLOOR and scaled < FLOOR):
+            return False
+    return all(ranges.get(t, 0.0) <= TARGET for t in plan.restored)
+
+
+def _rescale_for(model: onnx.ModelProto, tensor: str, ranges: dict) -> Rewrite | None:
+    """The ``rescale`` rewrite covering ``tensor`` (module docstring), or ``None``."""
+    view = GraphView(model)
+    producer = _producers(model)
+    out_of = {n.name: n.output[0] for n in model.graph.node if n.output}
+    for start in _starts(model, tensor):
+        node = producer[start]
+        for k in range(1, 25):
+            through: set = set()
+            plan = None
+            for _round in range(8):
+                params = {"log2": -k}
+                if list(node.output).index(start):
+                    params["output"] = list(node.output).index(start)
+                if through:
+                    params["pass_through"] = sorted(through)
+                try:
+                    plan = get_patch("rescale").configure(**params).plan(view, node)
+                except PatchError:
+                    plan = None
+                    break
+                hot = {n for n in plan.folds if ranges.get(out_of.get(n, ""), 0.0) > TARGET}
+                if not hot - through:
+                    break
+                through |= hot
+            if plan is None or tensor not in plan.exponents:
+                break  # this start cannot reach the overflowing tensor
+            if not plan.folded_start and ranges.get(start, 0.0) > TARGET:
+                break  # the start node computes the overflow itself: start higher up
+            if _fits(plan, ranges):
+                return Rewrite("rescale", node.name, params)
+    return None
+
+
+def exact_overflow_rewrites(model: onnx.ModelProto, feeds_list, first: str | None = None) -> tuple[list, list, dict]:
+    """Exact rewrites for the FP16 overflows of ``model`` on ``feeds_list`` (module docstring).
+
+    Args:
+        model: the model (not modified; unnamed nodes are named in a copy as a recipe expects).
+        feeds_list: recorded inputs (``[{name: array}, …]``).
+        first: a tensor to bring into range before the others (localization's overflow culprit).
+            An overflow no exact rewrite fits is noted and skipped — it may be harmless (a
+            ``Tanh`` of a saturated value is still ±1); the backend run decides.
+
+    Returns:
+        ``(rewrites, notes, left)``: the :class:`~onnxwrapper.repair.Rewrite` list in order, notes
+        for the report, and ``{tensor: peak}`` of what is still out of range (empty when all fits).
+    """
+    model = copy.deepcopy(model)
+    name_unnamed_nodes(model)
+    rewrites, notes, skipped = [], [], set()
+    left: dict = {}
+    for _step in range(_MAX_STEPS):
+        ranges, order = reference_ranges(model, feeds_list)
+        over = out_of_range(ranges, order)
+        left = {t: ranges[t] for t in over}
+        todo = [t for t in ([first] if first in over else []) + over if t not in skipped]
+        if not todo:
+            break
+        tensor = todo[0]
+        node = _producers(model)[tensor]
+        if node.op_type == "Exp" and get_patch("softmax_stable").matches(node, model):
+            rewrite = Rewrite("softmax_stable", node.name)
+        else:
+            rewrite = _rescale_for(model, tensor, ranges)
+        if rewrite is None:
+            notes.append(f"no exact rewrite brings '{tensor}' ({node.op_type} '{node.name}', peak "
+                         f"{ranges[tensor]:.4g}) within FP16's range")
+            skipped.add(tensor)
+            continue
+        get_patch(rewrite.rewrite).configure(**rewrite.params).apply(model, next(
+            n for n in model.graph.node if n.name == rewrite.node))
+        notes.append(f"'{tensor}' peaks at {ranges[tensor]:.4g} on the reference: {rewrite.describe()}")
+        rewrites.append(rewrite)
+    return rewrites, notes, left

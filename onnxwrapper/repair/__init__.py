@@ -1,0 +1,46 @@
+"""``onnxwrapper.repair``: repair recipes — what ``aipc fix`` found makes a model agree on a backend.
+
+A recipe (:mod:`onnxwrapper.repair._recipe`, docs/repair.md) is a small versioned JSON file keyed
+by the sha256 of the model file: registered rewrites (:mod:`onnxwrapper.patches`) at named nodes,
+node groups to run on the CPU, and a precision. This package reads, validates and writes recipes,
+applies their rewrites in memory (:func:`apply_recipe`) and splits a model at its CPU nodes
+(:func:`split_stages`, :func:`boundary_types`, :func:`part_model`, :func:`assemble`). Backends apply recipes (the QNN
+backend's option ``repairs``); ``onnxwrapper.diff.fix`` makes them.
+
+Example::
+
+    from onnxwrapper.repair import load_recipes, apply_recipe, model_sha256
+
+    book = load_recipes("aipc-repairs.json")
+    data = open("model.onnx", "rb").read()
+    recipe = book.for_model(model_sha256(data), "model.onnx")     # RecipeMismatchError if not its recipe
+    repaired = apply_recipe(onnx.load_model_from_string(data), recipe)
+
+Importing it imports onnx, onnxruntime and numpy only; no I/O.
+"""
+
+from __future__ import annotations
+
+from onnxwrapper.repair._apply import RepairedModel, apply_recipe
+from onnxwrapper.repair._recipe import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
+                                        model_sha256)
+from onnxwrapper.repair._split import ModelPart, assemble, boundary_types, part_model, split_stages, tensor_types
+
+__all__ = [
+    "FORMAT",
+    "ModelPart",
+    "ModelRecipe",
+    "PRECISIONS",
+    "RecipeBook",
+    "RepairedModel",
+    "Rewrite",
+    "VERSION",
+    "apply_recipe",
+    "assemble",
+    "boundary_types",
+    "load_recipes",
+    "model_sha256",
+    "part_model",
+    "split_stages",
+    "tensor_types",
+]

@@ -1,0 +1,273 @@
+"""Splitting a model at the nodes a recipe puts on the CPU, and assembling the parts again.
+
+:func:`split_stages` cuts the top-level graph into an alternating sequence of parts — NPU, CPU,
+NPU, … — such that each part only reads graph inputs, constants and outputs of earlier parts. Each
+node gets the smallest stage number at least as large as its producers' stages whose parity is its
+kind (even: NPU, odd: CPU): a CPU node right after NPU producers opens the next stage, an NPU node
+after it the one after. For one CPU node this gives at most three parts — everything that does not
+depend on it (NPU), the node (CPU), everything that does (NPU) — and in general the fewest stages
+that respect the data dependencies (a topological layering). ``Constant`` nodes belong to no part:
+each part that reads one gets a copy.
+
+:func:`part_model` makes one part a model of its own (typed inputs and outputs from shape
+inference of the whole model); :func:`assemble` puts the parts back together in one graph — with
+each NPU part replaced by the nodes of its compiled form (e.g. the ``EPContext`` nodes of a QNN
+context model) — with the original graph inputs, outputs, metadata and value types, so one
+onnxruntime session runs them all and hands tensors from part to part itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+__all__ = ["ModelPart", "split_stages", "tensor_types", "boundary_types", "part_model", "assemble"]
+
+
+@dataclass(frozen=True)
+class ModelPart:
+    """One part of a split model.
+
+    Attributes:
+        kind: ``"npu"`` or ``"cpu"``. stage: its position (0, 1, 2, … in run order).
+        nodes: indices (in ``graph.node``) of its nodes, in graph order (``Constant`` nodes excluded).
+        inputs: tensors it reads from graph inputs or earlier parts. outputs: tensors it produces
+            for later parts or the graph's outputs.
+    """
+
+    kind: str
+    stage: int
+    nodes: tuple
+    inputs: tuple
+    outputs: tuple
+
+
+def _reads(node: onnx.NodeProto) -> list:
+    """Names ``node`` reads, its subgraphs' outer-scope references included."""
+    names = [n for n in node.input if n]
+    for a in node.attribute:
+        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+        for g in graphs:
+            inner = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer}
+            for n in g.node:
+                names += [x for x in _reads(n) if x not in inner]
+    return names
+
+
+def split_stages(model: onnx.ModelProto, cpu_nodes) -> list[ModelPart]:
+    """Cut ``model``'s top-level graph into NPU/CPU parts (module docstring).
+
+    Args:
+        model: the model (not modified); nodes are identified by name.
+        cpu_nodes: names of the nodes to run on the CPU.
+
+    Returns:
+        The non-empty parts in run order.
+
+    Raises:
+        ValueError: a name in ``cpu_nodes`` is not a node of the model.
+    """
+    graph = model.graph
+    cpu = set(cpu_nodes)
+    names = {n.name for n in graph.node}
+    missing = sorted(cpu - names)
+    if missing:
+        raise ValueError(f"no node named {', '.join(missing)} in the model")
+    constants = {i for i, n in enumerate(graph.node) if n.op_type == "Constant" and not n.input}
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    stage: dict[int, int] = {}
+    for i, node in enumerate(graph.node):
+        if i in constants:
+            continue
+        kind = 1 if node.name in cpu else 0
+        lo = max((stage[producer[t]] for t in _reads(node) if t in producer and producer[t] in stage), default=0)
+        stage[i] = lo if lo % 2 == kind else lo + 1
+    groups: dict[int, list] = {}
+    for i, s in stage.items():
+        groups.setdefault(s, []).append(i)
+    order = sorted(groups)
+    part_of = {i: k for k, s in enumerate(order) for i in groups[s]}
+    const_out = {o for i in constants for o in graph.node[i].output}
+    graph_outputs = {o.name for o in graph.output}
+    readers: dict[str, set] = {}
+    for i, node in enumerate(graph.node):
+        if i in part_of:
+            for t in _reads(node):
+                readers.setdefault(t, set()).add(part_of[i])
+    inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
+    parts = []
+    for k, s in enumerate(order):
+        members = sorted(groups[s])
+        produced = {o for i in members for o in graph.node[i].output if o}
+        inputs = []
+        for i in members:
+            for t in _reads(graph.node[i]):
+                if t not in produced and t not in inits and t not in const_out and t not in inputs:
+                    inputs.append(t)
+        outputs = [o for i in members for o in graph.node[i].output
+                   if o and (o in graph_outputs or readers.get(o, set()) - {k})]
+        parts.append(ModelPart("cpu" if s % 2 else "npu", k, tuple(members), tuple(inputs), tuple(outputs)))
+    return parts
+
+
+def tensor_types(model: onnx.ModelProto) -> dict:
+    """``{tensor name: onnx.TypeProto}`` of graph inputs, outputs and every tensor shape inference
+    types (non-strict: what it cannot infer is absent)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - inference is best effort; declared types still count
+        inferred = model
+    g = inferred.graph
+    table: dict = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            if vi.name not in table or (_static(vi.type) and not _static(table[vi.name])):
+                table[vi.name] = vi.type
+    return table
+
+
+def _static(t: onnx.TypeProto) -> bool:
+    shape = t.tensor_type.shape if t.tensor_type.HasField("shape") else None
+    return shape is not None and all(d.HasField("dim_value") for d in shape.dim)
+
+
+def boundary_types(model: onnx.ModelProto, parts, types: dict | None = None) -> dict:
+    """``types`` (default :func:`tensor_types`) completed with a static type for every tensor that
+    crosses a part boundary: where shape inference leaves a dim unknown (or keeps a graph output's
+    declared symbolic dim), the model runs once on onnxruntime's CPU EP with zeros of its static
+    input shapes, the boundary tensors exposed, and their shapes are taken from that run. A QNN part
+    needs static shapes at its inputs and outputs (the QNN EP refuses dynamic ones, measured:
+    "Dynamic shape is not supported yet, for output: …").
+
+    Raises:
+        ValueError: a model input is not static, or a boundary tensor stays untyped.
+    """
+    types = dict(types if types is not None else tensor_types(model))
+    wanted = list(dict.fromkeys(t for p in parts for t in p.inputs + p.outputs))
+    missing = [t for t in wanted if t not in types or not _static(types[t])]
+    if not missing:
+        return types
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in {i.name for i in model.graph.initializer}:
+            continue
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not _static(vi.type):
+            raise ValueError(f"input '{vi.name}' has no static shape: split a model after fixing its input shapes")
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        feeds[vi.name] = np.zeros([d.dim_value for d in t.shape.dim], dtype=dtype)
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    present = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(helper.make_empty_tensor_value_info(t) for t in missing if t not in present)
+    values = InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"]).run(missing, feeds)
+    for name, value in zip(missing, values):
+        arr = np.asarray(value)
+        types[name] = helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape))
+    return types
+
+
+def _value_info(name: str, types: dict) -> onnx.ValueInfoProto:
+    if name not in types:
+        raise ValueError(f"the type of tensor '{name}' at a part boundary is unknown (shape inference could not "
+                         f"type it); make the model's shapes static or add value_info for it")
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    vi.type.CopyFrom(types[name])
+    return vi
+
+
+def _constant_nodes(model: onnx.ModelProto, part: ModelPart) -> list:
+    graph = model.graph
+    wanted = {t for i in part.nodes for t in _reads(graph.node[i])}
+    return [n for n in graph.node if n.op_type == "Constant" and not n.input and n.output[0] in wanted]
+
+
+def part_model(model: onnx.ModelProto, part: ModelPart, types: dict) -> onnx.ModelProto:
+    """``part`` as a model of its own: its nodes (with copies of the constants they read), the
+    initializers they use, typed inputs and outputs (``types`` from :func:`tensor_types`).
+
+    Raises:
+        ValueError: a boundary tensor's type is unknown.
+    """
+    graph = model.graph
+    nodes = _constant_nodes(model, part) + [graph.node[i] for i in part.nodes]
+    used = {t for n in nodes for t in _reads(n)}
+    inits = [t for t in graph.initializer if t.name in used and t.name not in part.inputs]
+    internal = {o for n in nodes for o in n.output} - set(part.outputs)
+    value_info = [vi for vi in graph.value_info if vi.name in internal]
+    g = helper.make_graph(nodes, f"{graph.name or 'model'}_part{part.stage}",
+                          [_value_info(t, types) for t in part.inputs], [_value_info(t, types) for t in part.outputs],
+                          inits, value_info=value_info)
+    m = helper.make_model(g, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    m.functions.extend(model.functions)
+    return m
+
+
+def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> onnx.ModelProto:
+    """One model running ``parts`` in order: NPU part ``k`` is replaced by ``built[k]`` (a model
+    whose inputs and outputs are the part's, e.g. its compiled EPContext model), CPU parts keep
+    their original nodes. Graph inputs, outputs, metadata and functions are the original's (a graph
+    output declared with a symbolic dim gets its static type from ``types``); every tensor crossing
+    a part boundary gets its type as ``value_info``.
+
+    Raises:
+        ValueError: a boundary tensor's type is unknown; two built parts define the same initializer
+            name differently.
+    """
+    graph = model.graph
+    nodes: list = []
+    inits: dict = {}
+    opsets: dict = {o.domain: o.version for o in model.opset_import}
+    ir_version = model.ir_version
+    produced: set = set()
+
+    def add(node_list) -> None:
+        for n in node_list:
+            if n.op_type == "Constant" and n.output and n.output[0] in produced:
+                continue  # a constant copied into two parts
+            nodes.append(n)
+            produced.update(o for o in n.output if o)
+
+    for part in parts:
+        if part.kind == "npu":
+            sub = built[part.stage]
+            add(sub.graph.node)
+            for t in sub.graph.initializer:
+                if t.name in inits and inits[t.name].SerializeToString() != t.SerializeToString():
+                    raise ValueError(f"two compiled parts define initializer '{t.name}' differently")
+                inits[t.name] = t
+            for o in sub.opset_import:
+                opsets[o.domain] = max(opsets.get(o.domain, 0), o.version)
+            ir_version = max(ir_version, sub.ir_version)
+        else:
+            own = _constant_nodes(model, part) + [graph.node[i] for i in part.nodes]
+            add(own)
+            used = {t for n in own for t in _reads(n)}
+            for t in graph.initializer:
+                if t.name in used:
+                    inits[t.name] = t
+    boundary = {t for p in parts for t in p.inputs + p.outputs} - {i.name for i in graph.input} - {
+        o.name for o in graph.output}
+    for t in graph.initializer:  # overridable initializers (also graph inputs) stay as they were
+        if any(i.name == t.name for i in graph.input):
+            inits[t.name] = t
+    # graph outputs keep their declared types unless those are not static and a static one is known:
+    # the QNN EP refuses an EPContext output declared with a symbolic dim (measured)
+    outputs = [o if _static(o.type) or o.name not in types or not _static(types[o.name]) else _value_info(o.name, types)
+               for o in graph.output]
+    g = helper.make_graph(nodes, graph.name, list(graph.input), outputs, list(inits.values()),
+                          doc_string=graph.doc_string,
+                          value_info=[_value_info(t, types) for t in sorted(boundary)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
+                          ir_version=ir_version)
+    m.functions.extend(model.functions)
+    for attr in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(m, attr, getattr(model, attr))
+    m.metadata_props.extend(model.metadata_props)
+    return m

@@ -1,0 +1,119 @@
+"""``aipc fix`` on the QNN HTP simulator (FP16): failing generated models repaired to PASS and verified.
+
+* FP16 overflows — a decomposed LayerNorm (sum of squares), a MatMul feeding a LayerNormalization,
+  a MatMul chain and a naive softmax — are each repaired by an exact rewrite; the script, run again
+  with the recipe, passes at both levels.
+* A Conv1d the HTP computes wrong (kernel 5, dilation 3, length 16: a real kernel bug) is repaired
+  by running that one node on the CPU — the partition shows one CPU node — and, separately, by the
+  kernel-avoiding rewrites in their order (``dilated_conv`` fails verification, ``conv_taps`` passes).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from onnxwrapper import diff
+from tests import repair_models
+from tests.test_diff_support import aipc_diff, child_env, write_script  # noqa: F401
+
+pytestmark = [pytest.mark.qnn, pytest.mark.slow]
+
+OVERFLOW_SCRIPT = """
+    import numpy as np
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    feeds = {"ln_sumsq.onnx": rng.standard_normal((4, 256)) * 400 + 100, "mm_ln.onnx": rng.standard_normal((8, 64)) * 10,
+             "mm_chain.onnx": rng.standard_normal((8, 64)) * 20, "softmax.onnx": rng.standard_normal((8, 64)) * 3 + 8}
+    for name, x in feeds.items():
+        y = ort.InferenceSession(name).run(None, {"x": x.astype(np.float32)})[0]
+        print(name, "argmax", y.argmax(-1).tolist())
+"""
+
+CONV_SCRIPT = """
+    import numpy as np
+    import onnxruntime as ort
+
+    x = np.random.default_rng(1).standard_normal((1, 4, 16)).astype(np.float32)
+    y = ort.InferenceSession("dilated.onnx").run(None, {"x": x})[0]
+    print("argmax", y.argmax(-1).tolist())
+"""
+
+
+@pytest.fixture(autouse=True)
+def _need_qnn():
+    import onnxwrapper
+
+    info = {b.name: b for b in onnxwrapper.get_available_backends()}
+    if "qnn" not in info or not info["qnn"].available:
+        pytest.skip("the qnn backend is not available here")
+
+
+def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
+    for name, build in (("ln_sumsq", repair_models.layernorm_sum_of_squares), ("mm_ln", repair_models.matmul_layernorm),
+                        ("mm_chain", repair_models.matmul_chain), ("softmax", repair_models.naive_softmax)):
+        (tmp_path / f"{name}.onnx").write_bytes(build())
+    script = write_script(tmp_path, OVERFLOW_SCRIPT)
+    d = tmp_path / "d"
+    proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    failing = {o["model"].rsplit("-", 1)[0] for o in json.loads((d / "report.json").read_text())["outputs"]
+               if not o["passed"]}
+    assert failing == {"ln_sumsq", "mm_ln", "mm_chain", "softmax"}
+
+    result = diff.fix(d, localize=False, cwd=tmp_path)
+    assert result.exit_status == 0, result.text()
+    by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
+    expected = {"ln_sumsq": {"rescale"}, "mm_ln": {"rescale"}, "mm_chain": {"rescale"}, "softmax": {"softmax_stable"}}
+    for name, m in by_model.items():
+        assert m.baseline.status == "fail", (name, result.text())
+        assert m.chosen is m.trials[0] and m.chosen.kind == "exact" and m.chosen.status == "pass", (name, result.text())
+        assert {r.rewrite for r in m.recipe.rewrites} == expected[name]
+        assert not m.recipe.cpu_subgraphs and m.chosen.cpu_nodes == []
+        assert m.chosen.worst["snr_db"] > m.chosen.bar_db > 27 > m.baseline.worst["snr_db"]
+    ln_rescale = by_model["mm_ln"].recipe.rewrites[0]
+    assert ln_rescale.node == "proj" and ln_rescale.params["log2"] < 0  # folded into W, cancelled by LayerNormalization
+    book = json.loads(open(result.recipe_path).read())
+    assert len(book["models"]) == 4 and all(r["verified"]["worst_snr_db"] > 27 for r in book["models"].values())
+    # the script again, on the NPU with the recipe: tensors within tolerance, the same printed argmaxes
+    assert result.confirmation.passed, result.confirmation.verdict_line()
+    assert "REPAIRED" in result.text() and "exact" in result.text()
+
+
+def test_a_wrong_kernel_is_repaired_by_the_node_on_the_cpu_and_by_a_kernel_avoiding_rewrite(tmp_path, child_env):
+    (tmp_path / "dilated.onnx").write_bytes(repair_models.dilated_conv1d(16))
+    script = write_script(tmp_path, CONV_SCRIPT)
+    d = tmp_path / "d"
+    proc = aipc_diff(["--backends", "cpu,qnn", "--localize", "--dir", d, "--no-html", script], tmp_path, child_env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (loc,) = json.loads((d / "report.json").read_text())["localizations"]
+    assert loc["cause"] == "node" and loc["culprit"]["node"] == "conv", loc["message"]
+
+    # the culprit alone on the CPU (aipc fix on the command line): QNN, CPU, QNN behind one session
+    cpu_recipe = tmp_path / "cpu.json"
+    proc = aipc_fix([d, "--remedies", "cpu", "--output", cpu_recipe, "--no-confirm"], tmp_path, child_env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((d / "fix.json").read_text())
+    (model,) = report["models"]
+    chosen = model["trials"][model["chosen"]]
+    assert chosen["kind"] == "cpu" and chosen["status"] == "pass" and chosen["cpu_nodes"] == ["conv"]
+    assert (chosen["npu_nodes"], chosen["total_nodes"]) == (3, 4)
+    assert model["baseline"]["status"] == "fail" and model["baseline"]["cpu_nodes"] == []
+    assert model["recipe"]["cpu_subgraphs"] == [["conv"]] and not model["recipe"]["rewrites"]
+    assert "'conv' on the CPU" in proc.stdout and "NPU 3/4 nodes (unrepaired 4/4)" in proc.stdout
+
+    # kernel-avoiding rewrites in their order: the undilated kernel is as wrong, tap by tap is right
+    result = diff.fix(d, remedies=("kernel",), output=tmp_path / "kernel.json", confirm=False)
+    (m,) = result.models
+    assert [(t.title, t.status) for t in m.trials] == [("dilated_conv at 'conv'", "fail"), ("conv_taps at 'conv'", "pass")]
+    assert m.recipe.rewrites[0].rewrite == "conv_taps" and m.chosen.cpu_nodes == []
+
+
+def aipc_fix(args, cwd, env, timeout: float = 600):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "aipc", "fix", "-q", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,200 @@
+"""The QNN backend's ``repairs`` option on the HTP simulator: a recipe's rewrites and CPU subgraphs applied
+in memory, one session for QNN/CPU/QNN parts, refusal for another model, the compile cache, and the recipe
+baked in by ``compile_model`` / ``aipc compile --repairs`` and applied by ``python -m aipc --repairs``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import onnxruntime
+import pytest
+
+import onnxwrapper
+from onnxwrapper.backends.qnn import compile_model
+from onnxwrapper.errors import BackendOptionError, RecipeError, RecipeMismatchError
+from onnxwrapper.repair import ModelRecipe, RecipeBook, Rewrite, model_sha256
+from tests import repair_models
+from tests.conftest import qnn_available
+
+pytestmark = [pytest.mark.qnn, pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed"),
+              pytest.mark.filterwarnings("ignore::onnxwrapper.PartialOffloadWarning")]
+
+
+def snr_db(y, r) -> float:
+    y, r = np.asarray(y, np.float64), np.asarray(r, np.float64)
+    err = float(np.sum((y - r) ** 2))
+    return np.inf if err == 0 else 10 * np.log10(float(np.sum(r ** 2)) / err)
+
+
+def cpu(data: bytes, feeds: dict):
+    return onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+@pytest.fixture
+def pow_model(tmp_path):
+    data = repair_models.pow_square()
+    path = tmp_path / "pow.onnx"
+    path.write_bytes(data)
+    return path, model_sha256(data)
+
+
+def recipe_file(tmp_path, sha, name="r.json", **fields):
+    return RecipeBook({sha: ModelRecipe(sha, "pow.onnx", **fields)}).save(tmp_path / name)
+
+
+def test_rewrite_recipe_repairs_the_pow_bug_and_enters_the_cache_key(tmp_path, pow_model):
+    path, sha = pow_model
+    x = repair_models.pow_inputs()
+    ref = cpu(path.read_bytes(), {"x": x})
+    plain = onnxwrapper.InferenceSession(str(path), backend="qnn")
+    assert snr_db(plain.run(None, {"x": x})[0], ref) < 0  # Pow(-0, 2) = -4 on the HTP: Sqrt → 131008
+    listing = sorted(os.listdir(tmp_path))
+    rfile = recipe_file(tmp_path, sha, rewrites=(Rewrite("pow_square", "pow"),))
+    sess = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": rfile})
+    assert snr_db(sess.run(None, {"x": x})[0], ref) > 40
+    report = sess.get_partition()
+    assert report.offloaded_nodes == [] and [p["patch"] for p in report.patches] == ["pow_square"]
+    assert "repaired: pow_square() at 'pow'" in report.summary()
+    assert sorted(os.listdir(tmp_path)) == listing + ["r.json"]  # nothing written next to the model
+    # the recipe is part of the compile-cache key: another recipe, another compiled artifact
+    other = recipe_file(tmp_path, sha, "r2.json", rewrites=(Rewrite("pow_square", "pow"),),
+                        cpu_subgraphs=(("sqrt",),))
+    again = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": rfile})
+    changed = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": other})
+    keys = [s._ow_backend_session.artifacts[0].ctx_path for s in (plain, sess, again, changed)]
+    assert keys[1] == keys[2] and len({keys[0], keys[1], keys[3]}) == 3
+
+
+def test_cpu_subgraph_runs_behind_one_session_with_one_cpu_node(tmp_path, pow_model):
+    path, sha = pow_model
+    x = repair_models.pow_inputs(1)
+    rfile = recipe_file(tmp_path, sha, cpu_subgraphs=(("pow",),))
+    with warnings.catch_warnings():  # a PartialOffloadWarning (once per model and process) names the CPU node
+        warnings.simplefilter("ignore", onnxwrapper.PartialOffloadWarning)
+        sess = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": rfile})
+    assert snr_db(sess.run(None, {"x": x})[0], cpu(path.read_bytes(), {"x": x})) > 40
+    report = sess.get_partition()
+    assert report.cpu_nodes == [("pow", "Pow")] and report.counts == {"QNNExecutionProvider": 3,
+                                                                      "CPUExecutionProvider": 1}
+    assert report.num_partitions == 3 and "repair recipe" in report.offloaded_nodes[0].reason
+    assert sess.get_providers() == ["QNNExecutionProvider", "CPUExecutionProvider"]
+    with pytest.raises(BackendOptionError, match="strict=True forbids"):
+        onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": rfile, "strict": True})
+
+
+def test_dynamic_shape_model_is_split_per_specialization(tmp_path):
+    import onnx
+
+    m = onnx.load_model_from_string(repair_models.pow_square())
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    # an output dim named otherwise stays symbolic after specialization (faster-whisper's VAD: the QNN
+    # EP refuses an EPContext output declared so: the assembled model declares the static shape)
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "rows_out"
+    data = m.SerializeToString()
+    path = tmp_path / "dyn.onnx"
+    path.write_bytes(data)
+    rfile = RecipeBook({model_sha256(data): ModelRecipe(model_sha256(data), cpu_subgraphs=(("pow",),))}).save(
+        tmp_path / "r.json")
+    sess = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": str(rfile)})
+    for rows in (2, 3):
+        x = repair_models.pow_inputs(rows)[:rows]
+        assert snr_db(sess.run(None, {"x": x})[0], cpu(data, {"x": x})) > 40
+        assert sess.get_partition().cpu_nodes == [("pow", "Pow")]
+
+
+def test_a_recipe_for_another_model_is_refused_and_never_applied(tmp_path, pow_model):
+    path, sha = pow_model
+    other = tmp_path / "other.onnx"
+    other.write_bytes(repair_models.naive_softmax())
+    rfile = recipe_file(tmp_path, sha, rewrites=(Rewrite("pow_square", "pow"),))
+    with pytest.raises(RecipeMismatchError) as err:
+        onnxwrapper.InferenceSession(str(other), backend="qnn", backend_options={"repairs": rfile})
+    assert err.value.model_sha256 == model_sha256(other.read_bytes()) and "never applied" in str(err.value)
+    # not required (python -m aipc --repairs): the other model runs unrepaired
+    sess = onnxwrapper.InferenceSession(str(other), backend="qnn",
+                                        backend_options={"repairs": {"file": rfile, "required": False}})
+    assert sess.get_partition().patches == ()
+    with pytest.raises(BackendOptionError, match="is not a repair recipe"):
+        (tmp_path / "bad.json").write_text('{"format": "x"}')
+        onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": str(tmp_path / "bad.json")})
+    with pytest.raises(RecipeError, match="has no node 'gone'"):
+        onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={
+            "repairs": recipe_file(tmp_path, sha, "gone.json", rewrites=(Rewrite("pow_square", "gone"),))})
+
+
+def test_compile_model_bakes_the_recipe_into_the_context_model(tmp_path, pow_model):
+    path, sha = pow_model
+    rfile = recipe_file(tmp_path, sha, rewrites=(Rewrite("pow_square", "pow"),), cpu_subgraphs=(("sum",),))
+    out = tmp_path / "out" / "pow_ctx.onnx"
+    result = compile_model(str(path), out, backend_options={"repairs": rfile})
+    assert result.partition.cpu_nodes == [("sum", "ReduceSum")] and [p["patch"] for p in result.patches] == [
+        "pow_square"]
+    assert sorted(os.listdir(out.parent)) == ["pow_ctx.onnx", "pow_ctx_part2_qnn.bin", "pow_ctx_qnn.bin"]
+    x = repair_models.pow_inputs(2)
+    sess = onnxwrapper.InferenceSession(str(out), backend="qnn")
+    assert snr_db(sess.run(None, {"x": x})[0], cpu(path.read_bytes(), {"x": x})) > 40
+    with pytest.raises(RecipeMismatchError):
+        compile_model(repair_models.naive_softmax(), tmp_path / "x_ctx.onnx", backend_options={"repairs": rfile})
+
+
+AIPC_SCRIPT = """
+import numpy as np
+import onnxruntime as ort
+from tests import repair_models
+
+y = ort.InferenceSession("pow.onnx").run(None, {"x": repair_models.pow_inputs(3)})[0]
+z = ort.InferenceSession("softmax.onnx").run(None, {"x": np.zeros((8, 64), np.float32)})[0]
+print(np.round(y.ravel(), 4).tolist(), round(float(z.sum()), 2))
+"""
+
+
+def test_python_m_aipc_repairs_and_aipc_compile_repairs(tmp_path, pow_model):
+    path, sha = pow_model
+    (tmp_path / "softmax.onnx").write_bytes(repair_models.naive_softmax())  # no recipe: runs as it is
+    (tmp_path / "script.py").write_text(AIPC_SCRIPT)
+    rfile = recipe_file(tmp_path, sha, rewrites=(Rewrite("pow_square", "pow"),))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    ref = subprocess.run([sys.executable, "-m", "aipc", "--backend", "cpu", "script.py"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    plain = subprocess.run([sys.executable, "-m", "aipc", "script.py"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    fixed = subprocess.run([sys.executable, "-m", "aipc", "--repairs", rfile, "script.py"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert ref.returncode == plain.returncode == fixed.returncode == 0, plain.stderr + fixed.stderr
+    assert fixed.stdout == ref.stdout != plain.stdout
+    bad = subprocess.run([sys.executable, "-m", "aipc", "--repairs", "missing.json", "script.py"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 64 and "does not exist" in bad.stderr
+    proc = subprocess.run([sys.executable, "-m", "aipc", "compile", "pow.onnx", "-o", "build", "--repairs", rfile,
+                           "--no-check", "--no-progress", "--json"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '"patch": "pow_square"' in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "aipc", "compile", "softmax.onnx", "-o", "build2", "--repairs", rfile,
+                           "--no-check", "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 1 and "no recipe for model 'softmax.onnx'" in proc.stderr
+
+
+def test_a_precision_recipe_sets_the_backend_precision(tmp_path, pow_model):
+    from tests.conftest import run_python
+
+    path, sha = pow_model
+    rfile = recipe_file(tmp_path, sha, precision="fp32")
+    code = f"""
+        import numpy as np, onnxruntime, onnxwrapper
+        from tests import repair_models
+        x = repair_models.pow_inputs(4)
+        ref = onnxruntime.InferenceSession({str(path)!r}, providers=["CPUExecutionProvider"]).run(None, {{"x": x}})[0]
+        s = onnxwrapper.InferenceSession({str(path)!r}, backend="qnn", backend_options={{"repairs": {rfile!r}}})
+        opts = s.get_provider_options()["QNNExecutionProvider"]
+        print("soc_model" in opts, float(np.max(np.abs(s.run(None, {{"x": x}})[0] - ref))))
+    """
+    proc = run_python(code, env={"PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    no_soc, err = proc.stdout.split()
+    assert no_soc == "False" and float(err) < 1e-6  # fp32 simulation: no soc_model, exact enough
