@@ -65,7 +65,10 @@ class BackendRegistry:
         self._entry_points: dict | None = None
         self._classes: dict[str, type] = {}
         self._registered: set[str] = set()
-        self._distributions: dict[str, str | None] = {}
+        #: name → the distribution that registered it: its name (``register``) or importlib-metadata's
+        #: ``Distribution`` (entry points), whose name is read only when listed (:meth:`infos`):
+        #: reading it parses the distribution's METADATA with the email package (~30 ms, measured)
+        self._distributions: dict[str, object] = {}
         self._probes: dict[str, object] = {}
 
     # -- discovery -----------------------------------------------------------------------------
@@ -146,8 +149,7 @@ class BackendRegistry:
                     f"Entry point '{text}' registers a class whose name is '{cls.name}'; the entry "
                     f"point name and Backend.name must be equal.", backend=name, entry_point=text)
             self._classes[name] = cls
-            dist = getattr(ep, "dist", None)
-            self._distributions[name] = getattr(dist, "name", None)
+            self._distributions[name] = getattr(ep, "dist", None)
             return cls
 
     def resolve(self, name: str) -> str:
@@ -215,8 +217,19 @@ class BackendRegistry:
                 install_hint=av.install_hint, real_npu=av.real_npu, simulated=av.simulated,
                 auto_selectable=av.auto_selectable,
                 execution_providers=tuple(cls.execution_providers),
-                distribution=self._distributions.get(name), details=dict(av.details)))
+                distribution=self._distribution(name), details=dict(av.details)))
         return result
+
+
+    def _distribution(self, name: str) -> str | None:
+        """The name of the distribution that registered backend ``name`` (``None``: in-process)."""
+        dist = self._distributions.get(name)
+        if dist is None or isinstance(dist, str):
+            return dist
+        try:
+            return dist.name
+        except Exception:  # noqa: BLE001 - an unreadable METADATA must not break a listing
+            return None
 
 
 def _validate(cls, entry_point: str | None) -> None:
