@@ -28,6 +28,7 @@ import sys
 from onnxwrapper.diff import (PRESETS, Tolerances, check, default_directory, localize_failures, parse_backends,
                               parse_tol_override, run)
 from onnxwrapper.diff._capture import parse_size
+from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
 from onnxwrapper.errors import BackendNotFoundError
 
 EXIT_USAGE = 64
@@ -247,7 +248,8 @@ def main(args: argparse.Namespace) -> int:
             echo = _echo if args.show_output else None
             if app["compare_output"] is None:
                 app["compare_output"] = ["stdout"]
-            at_once = f"{args.jobs} at a time" if args.jobs else "at once as the host allows"
+            jobs = args.jobs or default_jobs([estimate_run_memory(None)] * len(labels))
+            at_once = f"{jobs} at a time" + ("" if args.jobs else ", from this host's processors and memory")
             _say(f"running {', '.join(labels)} ({'replay' if args.replay else 'live'}, {at_once}); results in "
                  f"{directory}")
             result = run(target, target_args, module=module, backends=labels_spec(labels), reference=args.reference,
