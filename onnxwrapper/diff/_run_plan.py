@@ -104,8 +104,8 @@ class RunPlan:
 
     def _replay(self, label: str, name: str, only: str | None) -> Task:
         source = self.runs[self.reference].capture_dir
-        model_bytes = sum(m.size_bytes for m in self._reference_capture().models.values()) \
-            if self._reference_capture() is not None else None
+        ref_cap = self._reference_capture()  # its models are what a replay loads
+        model_bytes = sum(m.size_bytes for m in ref_cap.models.values()) if ref_cap is not None else None
 
         def start(on_start) -> BackendRun:
             run = run_child(self.labels[label], self.options[label], os.path.join(self.directory, name),
