@@ -30,6 +30,7 @@ from aipc._args import UsageError
 from aipc._args_compare import ToleranceArgs
 from onnxwrapper.diff import check, default_directory, localize_failures, parse_backends, run
 from onnxwrapper.diff._capture import parse_size
+from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
 from onnxwrapper.errors import BackendNotFoundError
 
 EXIT_USAGE = 64
@@ -50,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="live mode: do not re-run calls fed other inputs than the reference's on the "
                           "reference's inputs (they are then compared as they are and reported as divergent)")
     run.add_argument("--check", metavar="DIR", help="re-judge a saved diff directory without running anything")
+    run.add_argument("--jobs", type=int, metavar="N",
+                     help="backend runs at once (default: as many as this host's processors and memory allow; "
+                          "1 = one after another); a replay starts as soon as the run it needs has ended")
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per backend run")
     run.add_argument("--dir", metavar="DIR", help="diff directory (default: ./aipc-diff-<date-time>)")
     run.add_argument("--max-capture-bytes", default="2G", metavar="SIZE",
@@ -198,6 +202,8 @@ def main(args: argparse.Namespace) -> int:
                 raise _Usage("no script given (usage: aipc diff [options] script.py [args…] | -m module | --check DIR)")
             if args.max_calls_per_model is not None and args.max_calls_per_model < 1:
                 raise _Usage("--max-calls-per-model must be ≥ 1")
+            if args.jobs is not None and args.jobs < 1:
+                raise _Usage("--jobs must be ≥ 1")
 
             try:
                 labels = parse_backends(args.backends)
@@ -220,12 +226,15 @@ def main(args: argparse.Namespace) -> int:
             echo = _echo if args.show_output else None
             if app["compare_output"] is None:
                 app["compare_output"] = ["stdout"]
-            _say(f"running {', '.join(labels)} ({'replay' if args.replay else 'live'}); results in {directory}")
+            jobs = args.jobs or default_jobs([estimate_run_memory(None)] * len(labels))
+            at_once = f"{jobs} at a time" + ("" if args.jobs else ", from this host's processors and memory")
+            _say(f"running {', '.join(labels)} ({'replay' if args.replay else 'live'}, {at_once}); results in "
+                 f"{directory}")
             result = run(target, target_args, module=module, backends=labels_spec(labels), reference=args.reference,
                          replay=args.replay, auto_replay=not args.no_auto_replay, backend_options=options,
                          tolerances=tolerances, directory=directory,
                          timeout=args.timeout, max_bytes=max_bytes, max_calls_per_model=args.max_calls_per_model,
-                         progress=progress, echo=echo, **app)
+                         progress=progress, echo=echo, jobs=args.jobs, **app)
         if args.localize and result.mismatch:
             localize_failures(result, timeout=args.timeout, progress=progress,
                               max_tensors=args.localize_max_tensors)

@@ -1,14 +1,15 @@
 """Capture overhead of ``aipc diff``: the OCR example on the ``cpu`` backend, with and without capture.
 
-Runs ``examples/ocr/ocr.py`` in this process through the aipc loader (``backend="cpu"``), alternating
-plain runs and runs under :func:`onnxwrapper.diff.start_capture` (what each ``aipc diff`` child
-does), after one warm-up run of each. Prints the median wall time of both, the median of the
-paired ratios (robust to load drift on a shared machine), the ratio of the minimums, and the CPU
-time of all threads; the target is a wall-time ratio ≤ 1.10. The script's own output
-is discarded.
+Runs ``examples/ocr/ocr.py`` in this process three ways, in rotating order after one warm-up run
+of each: with plain onnxruntime (no aipc loader: raw ORT), through the aipc loader
+(``backend="cpu"``), and through the loader under :func:`onnxwrapper.diff.start_capture` (what
+each ``aipc diff`` child does). Prints the medians, the median of the paired ratios (robust to
+load drift on a shared machine) against raw onnxruntime, and the capture's own ratio against the
+loader run without capture, with the CPU time of all threads; the target is a wall-time ratio
+≤ 1.10 for the capture. The script's own output is discarded.
 
-Usage: ``python benchmarks/bench_capture.py [--repeat N] [--script PATH]`` (default 15 repeats).
-Exit status 0 when the ratio is within the target, 1 otherwise.
+Usage: ``python benchmarks/bench_capture.py [--repeat N] [--script PATH] [--json-out PATH]``
+(default 15 repeats). Exit status 0 when the ratio is within the target, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,13 +24,17 @@ import sys
 import tempfile
 import time
 
+from _figures import Figure, load_average, paired_ratio, report
+
 TARGET = 1.10
+NAME = "capture"
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SCRIPT = os.path.join(HERE, os.pardir, "examples", "ocr", "ocr.py")
 
 
-def _run_once(script: str, capture_dir: str | None) -> tuple[float, float, int, int]:
-    """Wall and CPU seconds (all threads) of one run, calls recorded, bytes written (0, 0 without capture)."""
+def _run_once(script: str, capture_dir: str | None, backend: str | None = "cpu") -> tuple[float, float, int, int]:
+    """Wall and CPU seconds (all threads) of one run, calls recorded, bytes written (0, 0 without
+    capture); ``backend=None``: plain onnxruntime, no aipc loader."""
     import aipc_loader
 
     from onnxwrapper.diff import start_capture
@@ -39,7 +44,7 @@ def _run_once(script: str, capture_dir: str | None) -> tuple[float, float, int, 
     start, cpu = time.perf_counter(), time.process_time()
     try:
         with contextlib.redirect_stdout(sink):
-            code = aipc_loader.run_script(script, [], backend="cpu")
+            code = aipc_loader.run_script(script, [], backend=backend)
     finally:
         if handle is not None:
             handle.stop()  # flushing the writes is part of the cost
@@ -55,41 +60,45 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15, help="measured runs of each kind (default 15)")
     parser.add_argument("--script", default=DEFAULT_SCRIPT, help="script to run (default: the OCR example)")
+    parser.add_argument("--json-out", help="write the figures as JSON to this file")
     args = parser.parse_args(argv)
     script = os.path.abspath(args.script)
     work = tempfile.mkdtemp(prefix="bench-capture-")
-    plain, captured, plain_cpu, captured_cpu = [], [], [], []
+    wall = {"raw": [], "plain": [], "cap": []}
+    cpu = {"raw": [], "plain": [], "cap": []}
     calls = nbytes = 0
+    kinds = ["raw", "plain", "cap"]
     try:
-        _run_once(script, None)  # warm-up: imports, file cache
+        _run_once(script, None, None)  # warm-up: imports, file cache
+        _run_once(script, None)
         _run_once(script, os.path.join(work, "warm"))
+        load_before = load_average()
         for k in range(args.repeat):
-            order = [None, "cap"] if k % 2 == 0 else ["cap", None]
-            for kind in order:
-                if kind is None:
-                    seconds, cpu, _, _ = _run_once(script, None)
-                    plain.append(seconds)
-                    plain_cpu.append(cpu)
-                else:
-                    directory = os.path.join(work, f"cap{k}")
-                    seconds, cpu, calls, nbytes = _run_once(script, directory)
-                    captured.append(seconds)
-                    captured_cpu.append(cpu)
+            for kind in kinds[k % 3:] + kinds[:k % 3]:
+                directory = os.path.join(work, f"cap{k}") if kind == "cap" else None
+                seconds, used, n, size = _run_once(script, directory, None if kind == "raw" else "cpu")
+                wall[kind].append(seconds)
+                cpu[kind].append(used)
+                if kind == "cap":
+                    calls, nbytes = n, size
                     shutil.rmtree(directory, ignore_errors=True)
+        load_after = load_average()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    base, cap = statistics.median(plain), statistics.median(captured)
-    ratio = statistics.median(c / p for c, p in zip(captured, plain))  # paired: robust to load drift
-    print(f"script: {os.path.relpath(script)} on backend cpu, {args.repeat} runs each (medians)")
-    print(f"without capture: {base * 1000:8.1f} ms   (min {min(plain) * 1000:.1f})")
-    print(f"with capture:    {cap * 1000:8.1f} ms   (min {min(captured) * 1000:.1f}; "
-          f"{calls} calls, {nbytes / 1e6:.2f} MB per run)")
-    print(f"CPU time (all threads, medians): {statistics.median(plain_cpu) * 1000:.1f} ms without, "
-          f"{statistics.median(captured_cpu) * 1000:.1f} ms with capture "
-          f"(ratio {statistics.median(captured_cpu) / statistics.median(plain_cpu):.3f})")
-    print(f"ratio (median of paired runs): {ratio:.3f}; ratio of minimums: {min(captured) / min(plain):.3f}  "
-          f"(target ≤ {TARGET:.2f}: {'ok' if ratio <= TARGET else 'EXCEEDED'})")
-    return 0 if ratio <= TARGET else 1
+    med = statistics.median
+    name = os.path.basename(script)
+    figures = [
+        Figure(NAME, f"{name} on backend cpu through the aipc loader", "s", med(wall["plain"]), med(wall["raw"]),
+               paired_ratio(wall["plain"], wall["raw"]), None, args.repeat, load_before, load_after,
+               {"cpu_ratio": med(cpu["plain"]) / med(cpu["raw"])}),
+        Figure(NAME, f"{name} on backend cpu under capture (what each aipc diff child does)", "s", med(wall["cap"]),
+               med(wall["raw"]), paired_ratio(wall["cap"], wall["raw"]), None, args.repeat, load_before, load_after,
+               {"calls_recorded": calls, "bytes_per_run": nbytes, "cpu_ratio": med(cpu["cap"]) / med(cpu["raw"])}),
+        Figure(NAME, f"{name}: capture overhead (under capture vs the loader run without it)", "s", med(wall["cap"]),
+               med(wall["plain"]), paired_ratio(wall["cap"], wall["plain"]), TARGET, args.repeat, load_before,
+               load_after, {"cpu_ratio": med(cpu["cap"]) / med(cpu["plain"])}, against="the same run without capture"),
+    ]
+    return report(figures, args.json_out)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,14 @@ so that machine noise hits both alike. Two figures: the ratio of the best round 
 median of the per-round paired ratios (more robust on a busy 2-core VM, where single figures vary
 by ±4 %). Target: ≤ 1.03×.
 
-Usage: ``python benchmarks/bench_overhead.py [--rounds 15] [--calls 20000]``
+Usage: ``python benchmarks/bench_overhead.py [--rounds 15] [--calls 20000] [--json-out PATH]``
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import sys
 import time
 
 import numpy as np
@@ -19,6 +21,7 @@ import onnxruntime
 from onnx import TensorProto as T
 
 import onnxwrapper
+from _figures import Figure, load_average, paired_ratio, report
 
 
 def tiny_model() -> bytes:
@@ -37,11 +40,12 @@ def best_time(run, feeds, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def main() -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=20000)
-    args = parser.parse_args()
+    parser.add_argument("--json-out", help="write the figures as JSON to this file")
+    args = parser.parse_args(argv)
     model = tiny_model()
     raw = onnxruntime.InferenceSession(model)
     ours = onnxwrapper.InferenceSession(model, backend="cpu")
@@ -49,17 +53,19 @@ def main() -> None:
     for sess in (raw, ours):
         best_time(sess.run, feeds, 1000)  # warm-up
     raw_times, our_times = [], []
-    for _ in range(args.rounds):
-        raw_times.append(best_time(raw.run, feeds, args.calls))
-        our_times.append(best_time(ours.run, feeds, args.calls))
-    r, o = min(raw_times), min(our_times)
-    paired = sorted(b / a for a, b in zip(raw_times, our_times))
-    median = paired[len(paired) // 2]
-    print(f"onnxruntime  per run: {r * 1e6:8.2f} us (best of {args.rounds} rounds x {args.calls} calls)")
-    print(f"onnxwrapper  per run: {o * 1e6:8.2f} us")
-    print(f"ratio of best rounds onnxwrapper/onnxruntime: {o / r:.3f}x")
-    print(f"median paired ratio  onnxwrapper/onnxruntime: {median:.3f}x (target <= 1.03x)")
+    load_before = load_average()
+    for k in range(args.rounds):
+        for kind in (("raw", "ours") if k % 2 == 0 else ("ours", "raw")):
+            if kind == "raw":
+                raw_times.append(best_time(raw.run, feeds, args.calls))
+            else:
+                our_times.append(best_time(ours.run, feeds, args.calls))
+    figure = Figure("overhead", "run on backend cpu, tiny model (1 call)", "s", statistics.median(our_times),
+                    statistics.median(raw_times), paired_ratio(our_times, raw_times), 1.03, args.rounds, load_before,
+                    load_average(), {"ratio_of_best_rounds": min(our_times) / min(raw_times),
+                                     "calls_per_round": args.calls})
+    return report([figure], args.json_out)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """The backend registry: discovery through the entry-point group ``onnxwrapper.backends``.
 
 Backends are found with importlib-metadata (the entry-point name is the canonical backend name)
-and loaded lazily, on first use of that name. A class is validated when loaded (it subclasses
+and loaded lazily, on first use of that name; a new process reads them from a persistent index
+instead while nothing was installed or removed (:mod:`onnxwrapper._entry_point_index`). A class is validated when loaded (it subclasses
 :class:`~onnxwrapper.backends.base.Backend`, declares its name and implements ``probe``/``open``);
 a broken plugin is a warning in :func:`get_available_backends` listings and a
 :class:`~onnxwrapper.errors.BackendValidationError` (with ``__cause__``) when asked for by name.
@@ -18,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from onnxwrapper._entry_point_index import index_location, read_index, write_index
 from onnxwrapper.backends.base import Availability, Backend
 from onnxwrapper.errors import BackendNotFoundError, BackendValidationError
 
@@ -88,20 +90,50 @@ class BackendRegistry:
         self._entry_points: dict | None = None
         self._classes: dict[str, type] = {}
         self._registered: set[str] = set()
-        self._distributions: dict[str, str | None] = {}
+        #: name → the distribution that registered it: its name (``register``) or importlib-metadata's
+        #: ``Distribution`` (entry points), whose name is read only when listed (:meth:`infos`):
+        #: reading it parses the distribution's METADATA with the email package (~30 ms, measured)
+        self._distributions: dict[str, object] = {}
         self._probes: dict[str, object] = {}
+        #: the persistent index may be read (until a lookup it cannot answer) / written (until reload())
+        self._use_index = True
+        self._write_index = True
+        self._from_index = False
 
     # -- discovery -----------------------------------------------------------------------------
     def _eps(self) -> dict:
         with self._lock:
+            location = index_location(self.group) if self._entry_points is None else None
+            if self._entry_points is None and self._use_index:
+                indexed = read_index(location)
+                if indexed is not None:
+                    self._entry_points = {name.lower(): ep for name, ep in indexed.items()}
+                    self._from_index = True
             if self._entry_points is None:
-                import importlib_metadata  # ~17 ms at import (measured): read on first use, not at import
+                import importlib_metadata  # 10-30 ms at import (measured): only when the index cannot answer
 
                 eps = {}
                 for ep in importlib_metadata.entry_points(group=self.group):
                     eps.setdefault(ep.name.lower(), ep)
                 self._entry_points = eps
+                self._from_index = False
+                if self._write_index:
+                    write_index(location, eps)
             return self._entry_points
+
+    def _rescan(self) -> bool:
+        """When the entry points came from the index: forget them and scan with importlib-metadata
+        (a lookup the index could not answer). Returns False when they were scanned already."""
+        with self._lock:
+            if not self._from_index:
+                return False
+            self._use_index = False
+            self._entry_points = None
+            for name in [n for n in self._classes if n not in self._registered]:
+                del self._classes[name]
+                self._distributions.pop(name, None)
+            self._probes.clear()
+            return True
 
     @staticmethod
     def _disabled() -> set[str]:
@@ -135,6 +167,7 @@ class BackendRegistry:
         :meth:`register` are kept."""
         with self._lock:
             self._entry_points = None
+            self._use_index = self._write_index = False  # plugins changed in this process: keep them to it
             for name in [n for n in self._classes if n not in self._registered]:
                 del self._classes[name]
                 self._distributions.pop(name, None)
@@ -153,12 +186,16 @@ class BackendRegistry:
             if name in self._classes:
                 return self._classes[name]
             ep = self._eps().get(name)
-            if ep is None:
-                raise KeyError(name)
+            if ep is None:  # listed by a stale index, gone after the rescan
+                raise BackendNotFoundError(f"Backend '{name}' is no longer installed (entry-point group "
+                                           f"'{self.group}'); pick one of: {', '.join(self.names())}.",
+                                           backend=name)
             text = f"{ep.name} = {ep.value}"
             try:
                 cls = ep.load()
             except Exception as exc:  # a broken plugin must not break other backends
+                if self._rescan():  # the index may be stale: ask importlib-metadata before judging
+                    return self._load(name)
                 raise BackendValidationError(
                     f"Backend '{name}' could not be loaded from entry point '{text}' "
                     f"({type(exc).__name__}: {exc}). Reinstall or disable it with "
@@ -169,8 +206,7 @@ class BackendRegistry:
                     f"Entry point '{text}' registers a class whose name is '{cls.name}'; the entry "
                     f"point name and Backend.name must be equal.", backend=name, entry_point=text)
             self._classes[name] = cls
-            dist = getattr(ep, "dist", None)
-            self._distributions[name] = getattr(dist, "name", None)
+            self._distributions[name] = getattr(ep, "dist", None)
             return cls
 
     def resolve(self, name: str) -> str:
@@ -186,10 +222,12 @@ class BackendRegistry:
         for candidate in names:
             try:
                 cls = self._load(candidate)
-            except BackendValidationError:
+            except (BackendValidationError, BackendNotFoundError):
                 continue
             if key in (a.lower() for a in cls.aliases):
                 return candidate
+        if self._rescan():  # the index may be stale: ask importlib-metadata before giving up
+            return self.resolve(name)
         spelled = list(names) + [a.lower() for n in names for a in self._aliases(n)]
         close = difflib.get_close_matches(key, spelled, n=1, cutoff=0.6)
         hint = f"Did you mean '{self.resolve(close[0])}'? " if close else ""
@@ -225,7 +263,7 @@ class BackendRegistry:
         for candidate in self.names():
             try:
                 cls = self._load(candidate)
-            except BackendValidationError:
+            except (BackendValidationError, BackendNotFoundError):
                 continue
             if provider in cls.execution_providers:
                 return candidate
@@ -238,6 +276,8 @@ class BackendRegistry:
             try:
                 cls = self._load(name)
                 av = self.probe(name)
+            except BackendNotFoundError:  # listed by a stale index, gone after the rescan
+                continue
             except BackendValidationError as exc:
                 _log.warning("%s", exc)
                 result.append(BackendInfo(name=name, available=False, reason=str(exc)))
@@ -247,8 +287,19 @@ class BackendRegistry:
                 install_hint=av.install_hint, real_npu=av.real_npu, simulated=av.simulated,
                 auto_selectable=av.auto_selectable,
                 execution_providers=tuple(cls.execution_providers),
-                distribution=self._distributions.get(name), details=dict(av.details)))
+                distribution=self._distribution(name), details=dict(av.details)))
         return result
+
+
+    def _distribution(self, name: str) -> str | None:
+        """The name of the distribution that registered backend ``name`` (``None``: in-process)."""
+        dist = self._distributions.get(name)
+        if dist is None or isinstance(dist, str):
+            return dist
+        try:
+            return dist.name
+        except Exception:  # noqa: BLE001 - an unreadable METADATA must not break a listing
+            return None
 
 
 def _validate(cls, entry_point: str | None) -> None:

@@ -245,3 +245,26 @@ def test_broken_plugins_are_reported_not_fatal(monkeypatch, caplog):
     monkeypatch.setenv("ONNXWRAPPER_DISABLE_BACKENDS", "broken, notabackend")
     assert reg.names() == ["cpu", "fakenpu"]
     assert reg.resolve("fake-npu") == "fakenpu"
+
+
+class _CountingDistribution:
+    """A distribution whose name is counted when read (importlib-metadata parses METADATA for it)."""
+
+    reads = 0
+
+    @property
+    def name(self):
+        type(self).reads += 1
+        return "fake-dist"
+
+
+def test_loading_a_backend_does_not_read_its_distribution_metadata():
+    ep = _FakeEntryPoint("fakenpu", FakeNpuBackend)
+    ep.dist = _CountingDistribution()
+    reg = BackendRegistry(group="onnxwrapper.tests.none")
+    reg._entry_points = {"fakenpu": ep}
+    reg._classes["cpu"] = default_registry().get("cpu")
+    assert reg.get("fakenpu") is FakeNpuBackend and reg.probe("fake-npu").available
+    assert _CountingDistribution.reads == 0  # a session's hot path: no METADATA parse
+    infos = {i.name: i for i in reg.infos()}
+    assert infos["fakenpu"].distribution == "fake-dist" and _CountingDistribution.reads == 1

@@ -21,6 +21,7 @@ from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._orchestrate import Target, run_child
 from onnxwrapper.diff._result import BackendRun, DiffResult
+from onnxwrapper.diff._run_plan import RunPlan
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
 
 __all__ = ["MANIFEST", "parse_backends", "run", "check", "compare", "default_directory", "report_paths",
@@ -115,7 +116,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         max_bytes: int | str = DEFAULT_MAX_BYTES, max_calls_per_model: int | None = None, cwd=None,
         env: Mapping[str, str] | None = None, progress: Callable | None = None,
         echo: Callable | None = None, compare_output: Iterable[str] = (STDOUT,), output_filter: str | None = None,
-        output_rtol: float | None = None) -> DiffResult:
+        output_rtol: float | None = None, jobs: int | None = None) -> DiffResult:
     """Run a script (or module) once per backend, each in its own process, and compare with the reference.
 
     Args:
@@ -146,6 +147,10 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         output_filter: regular expression; only matching lines of the compared text take part.
         output_rtol: relative tolerance of printed numbers (default: the run's tensor error
             budget; 0 = exact).
+        jobs: how many backend runs may go at once (independent runs overlap; a replay starts as
+            soon as the runs it needs have ended); ``None``: as many as this host has processors
+            and memory for (:mod:`onnxwrapper.diff._schedule`), ``1``: one after another. The
+            results do not depend on it; each run keeps its own wall time.
 
     Returns:
         :class:`~onnxwrapper.diff.DiffResult` (``exit_status`` 0/1/2).
@@ -177,31 +182,21 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
                 "app": {"compare": list(compare_output), "filter": output_filter, "rtol": output_rtol}}
     files = [w for w in compare_output if w not in (STDOUT, NONE)]
     _write_manifest(directory, manifest)
-    order = [reference] + [lb for lb in labels if lb != reference]
-    runs: dict[str, BackendRun] = {}
-    for k, label in enumerate(order):
-        if progress:
-            progress(f"run {label}", k, len(order))
-        cap_dir = os.path.join(directory, label)
-        replay_from = None
-        if replay and label != reference:
-            if runs[reference].calls == 0:
-                runs[label] = BackendRun(backend=labels[label], options=options[label], label=label, status="error",
-                                         returncode=None, message="not run: the reference recorded no call to replay")
-                continue
-            replay_from = runs[reference].capture_dir
-        r = run_child(labels[label], options[label], cap_dir, target=None if replay_from else tgt, replay=replay_from,
-                      timeout=timeout, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model,
-                      env=tgt.env, echo=(lambda text, _l=label: echo(_l, text)) if echo else None,
-                      files=() if replay_from else files)
-        r.label = label
-        runs[label] = r
+
+    def record(label: str, r: BackendRun) -> None:
         manifest["runs"][label] = _relative_run(r, directory)
         _write_manifest(directory, manifest)
-    if not replay and auto_replay:
-        _auto_replay(directory, manifest, labels, options, runs, reference, timeout, max_bytes, tgt.env, progress)
+
+    plan = RunPlan(directory, labels, reference, options, tgt, replay=replay, auto_replay=auto_replay,
+                   timeout=timeout, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model, files=files,
+                   echo=echo, record=record)
+    runs = plan.run(jobs, progress)
+    manifest["jobs"] = plan.jobs
+    manifest["runs"] = {label: manifest["runs"][label] for label in runs}  # the plan's order
+    _write_manifest(directory, manifest)
+    order = plan.order
     if progress:
-        progress("runs done", len(order), len(order))
+        progress("runs done", len(runs), len(runs))
     result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
     judge_app(result, compare=compare_output, filter_regex=output_filter, rtol=output_rtol)
     if not replay and needs_rerun(result):
@@ -227,41 +222,6 @@ def _app_items(compare_output) -> tuple:
     if NONE in items and len(items) > 1:
         raise ValueError(f"compare_output: 'none' cannot be combined with other items ({', '.join(items)}).")
     return items or (NONE,)
-
-
-def _auto_replay(directory, manifest, labels, options, runs, reference, timeout, max_bytes, env, progress) -> None:
-    """Re-run, per live run, the calls fed other inputs than the reference's on the reference's inputs."""
-    from onnxwrapper.diff._compare import diverging_inputs
-
-    ref_run = runs.get(reference)
-    if ref_run is None or not ref_run.ok:
-        return
-    try:
-        ref_cap = read_capture(ref_run.capture_dir)
-    except CaptureFormatError:
-        return
-    for label in [lb for lb in labels if lb != reference]:
-        r = runs.get(label)
-        if r is None or not r.ok:
-            continue
-        try:
-            keys = diverging_inputs(ref_cap, read_capture(r.capture_dir))
-        except CaptureFormatError:
-            continue
-        if not keys:
-            continue
-        name = f"{label}+replay"
-        keys_file = os.path.join(directory, f"{name}.keys.json")
-        with open(keys_file, "w", encoding="utf-8") as f:
-            json.dump([list(k) for k in keys], f)
-        if progress:
-            progress(f"replay {len(keys)} call(s) on {label}", 0, 0)
-        rr = run_child(labels[label], options[label], os.path.join(directory, name), replay=ref_run.capture_dir,
-                       only=keys_file, timeout=timeout, max_bytes=max_bytes, env=env)
-        rr.label, rr.replay_of = name, label
-        runs[name] = rr
-        manifest["runs"][name] = _relative_run(rr, directory)
-        _write_manifest(directory, manifest)
 
 
 def _judge(directory: str, manifest: dict, runs: dict, tolerances: Tolerances, progress) -> DiffResult:

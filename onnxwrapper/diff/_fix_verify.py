@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from onnxwrapper.diff._capture_reader import CaptureFormatError, read_capture
 from onnxwrapper.diff._compare import compare_captures
-from onnxwrapper.diff._orchestrate import _kill, _tail, crash_name, read_status
+from onnxwrapper.diff._orchestrate import _tail, crash_name, kill_child, read_status
 from onnxwrapper.repair import ModelRecipe, RecipeBook
 
 __all__ = ["Trial", "run_trial"]
@@ -182,10 +182,10 @@ def _run(request_path: str, directory: str, timeout: float | None, env: dict | N
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            kill_child(proc)
             return None, f"timed out after {timeout:g} s"
         except KeyboardInterrupt:
-            _kill(proc)
+            kill_child(proc)
             raise
     crash = crash_name(code)
     if crash is not None:

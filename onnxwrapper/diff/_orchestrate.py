@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from onnxwrapper.diff._result import BackendRun
 
-__all__ = ["Target", "run_child", "read_status", "crash_name", "exception_cause"]
+__all__ = ["Target", "run_child", "read_status", "crash_name", "exception_cause", "kill_child"]
 
 _TAIL_LINES = 6
 _CAUSE_CHARS = 300
@@ -183,7 +183,8 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
               replay: str | None = None, only: str | None = None, expose: str | None = None,
               model_request: str | None = None, timeout: float | None = None,
               max_bytes: int | None = None, max_calls_per_model: int | None = None,
-              env: dict | None = None, echo=None, files=(), capture: bool = True) -> BackendRun:
+              env: dict | None = None, echo=None, files=(), capture: bool = True,
+              on_start=None) -> BackendRun:
     """Run one backend in a child process and describe how it went.
 
     Args:
@@ -202,6 +203,8 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
             copied into ``directory/files/`` when this run wrote them (module docstring).
         capture: record the run calls (live mode); ``False`` runs the script only (for a second
             run of the reference that tells volatile printed numbers apart).
+        on_start: optional callable receiving the child's ``subprocess.Popen`` once it started
+            (so that a caller running several children at once can stop them: :func:`kill_child`).
 
     Returns:
         A :class:`~onnxwrapper.diff.BackendRun`; never raises for a failing child.
@@ -241,10 +244,12 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         except OSError as exc:
             run.status, run.returncode, run.message = "error", None, f"could not start the child process: {exc}"
             return run
+        if on_start is not None:
+            on_start(proc)
         try:
             run.returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            kill_child(proc)
             run.seconds = time.perf_counter() - start
             run.status, run.returncode = "timeout", proc.returncode
             run.message = f"timed out after {timeout:g} s; the run was stopped"
@@ -252,7 +257,7 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
             _finish_calls(run)
             return run
         except KeyboardInterrupt:
-            _kill(proc)
+            kill_child(proc)
             raise
     run.seconds = time.perf_counter() - start
     status = read_status(directory)
@@ -319,8 +324,9 @@ def _finish_calls(run: BackendRun) -> None:
         run.calls = 0
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    """Stop the child and its process group (the group was created for this child only)."""
+def kill_child(proc: subprocess.Popen) -> None:
+    """Stop a child of :func:`run_child` and its process group (the group was created for this
+    child only); returns when it has ended (at most 10 s later). Harmless when it already ended."""
     try:
         if os.name == "posix":
             os.killpg(proc.pid, signal.SIGKILL)

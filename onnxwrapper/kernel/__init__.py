@@ -10,7 +10,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * ORT's own errors for session calls a backend answers itself — :func:`check_providers`,
   :func:`assignment_not_enabled_error`;
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
-  :func:`check_input` (the one validator, onnxruntime's exact errors),
+  :func:`check_input` (the one validator, onnxruntime's exact errors), :class:`FeedCheck` (the same
+  for one session, skipping a call shaped like the last accepted one),
   :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * metadata look-alikes of ``onnxruntime.NodeArg`` / ``ModelMetadata`` — :class:`NodeArgInfo`,
   :class:`ModelMetadataInfo`, :func:`node_args_from_onnx`, :func:`modelmeta_from_onnx`;
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
                                        default_cache_dir, make_key)
-from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_signature, numpy_to_ort_type,
+from onnxwrapper.kernel._feeds import (FeedCheck, check_input, check_output_names, feed_signature, numpy_to_ort_type,
                                        ort_type_to_numpy, validate_feed, validate_ort_values)
 from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
 from onnxwrapper.kernel._model_source import ModelSource
@@ -48,6 +49,7 @@ __all__ = [
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
     "FORMAT_VERSION",
+    "FeedCheck",
     "ModelMetadataInfo",
     "ModelSource",
     "NodeArgInfo",

@@ -1,0 +1,171 @@
+"""The registry's persistent index of one entry-point group, so a new process finds its backends
+without importing importlib-metadata.
+
+Discovering the ``onnxwrapper.backends`` entry points with importlib-metadata means importing it
+and reading every installed distribution's metadata: 15–30 ms of a new process (measured on
+x86-64 Linux with 25–60 installed distributions; the rest of ``import onnxwrapper`` is ~20 ms),
+paid again by every process that creates a session. :class:`~onnxwrapper._registry.BackendRegistry`
+therefore keeps the group's entry points in a small JSON file in the onnxwrapper cache directory
+(:func:`onnxwrapper.kernel.default_cache_dir`, ``plugins/``) and uses it while nothing has been
+installed or removed since it was written:
+
+* the file name is a digest of the interpreter, the group, ``sys.path`` and the kinds of
+  ``sys.meta_path`` finders; the file records the modification time of every ``sys.path`` entry.
+  Installing, upgrading or removing a distribution adds or removes a ``*.dist-info`` folder in a
+  ``sys.path`` directory, which changes that directory's modification time: the index no longer
+  matches and the registry scans again;
+* the registry also scans again whenever the index cannot answer — an unknown backend name, an
+  entry point that fails to load — so a stale index costs a scan, never a wrong answer;
+* only a process's first scan is written, never one made after
+  :meth:`~onnxwrapper._registry.BackendRegistry.reload` (a process that changes plugins while it
+  runs, such as a test installing doubles, keeps them to itself).
+
+Writes are atomic (``os.replace``); an unwritable cache directory is ignored (the registry then
+scans in every process, as without the index). At most :data:`MAX_FILES` index files are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pkgutil
+import sys
+import uuid
+from typing import Mapping
+
+from onnxwrapper.kernel import default_cache_dir
+
+__all__ = ["FORMAT", "MAX_FILES", "IndexLocation", "IndexedEntryPoint", "index_location", "read_index", "write_index"]
+
+FORMAT = 1
+MAX_FILES = 32
+
+
+class IndexedEntryPoint:
+    """An entry point read from the index: ``name = value`` (``module:attr``), from distribution ``dist``.
+
+    Attributes:
+        name, value, group: as importlib-metadata's ``EntryPoint``. dist: the distribution's name
+            (``str``) or ``None``.
+    """
+
+    __slots__ = ("name", "value", "group", "dist")
+
+    def __init__(self, name: str, value: str, group: str, dist: str | None) -> None:
+        self.name, self.value, self.group, self.dist = name, value, group, dist
+
+    def load(self):
+        """Import the object the entry point names (``pkgutil.resolve_name``; extras are ignored,
+        as importlib-metadata's ``EntryPoint.load`` ignores them).
+
+        Raises:
+            ImportError, AttributeError, ValueError: the module or attribute cannot be found.
+        """
+        return pkgutil.resolve_name(self.value.split("[", 1)[0].strip())
+
+    def __repr__(self) -> str:
+        return f"IndexedEntryPoint(name={self.name!r}, value={self.value!r}, group={self.group!r})"
+
+
+def _paths() -> list[str]:
+    cwd = None
+    paths = []
+    for entry in sys.path:
+        if not entry:
+            cwd = cwd or os.getcwd()
+            entry = cwd
+        paths.append(os.fspath(entry))
+    return paths
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except (OSError, ValueError):
+        return None
+
+
+class IndexLocation:
+    """Where the index of one group for this process's ``sys.path`` lives; take it *before*
+    scanning (importlib-metadata adds its own ``sys.meta_path`` finder when imported).
+
+    Attributes:
+        group: the entry-point group. paths: ``sys.path`` (``''`` as the working directory).
+        file: the index file.
+    """
+
+    __slots__ = ("group", "paths", "file")
+
+    def __init__(self, group: str, paths: list[str], file: str) -> None:
+        self.group, self.paths, self.file = group, paths, file
+
+
+def index_location(group: str) -> IndexLocation:
+    """The :class:`IndexLocation` of ``group`` for this process now."""
+    paths = _paths()
+    finders = [f"{type(f).__module__}.{type(f).__qualname__}" for f in sys.meta_path]
+    digest = hashlib.sha256(json.dumps([sys.executable, sys.version, group, paths, finders]).encode()).hexdigest()
+    return IndexLocation(group, paths, os.path.join(default_cache_dir(), "plugins", f"entry-points-{digest[:24]}.json"))
+
+
+def read_index(location: IndexLocation) -> dict[str, IndexedEntryPoint] | None:
+    """``{name: entry point}`` of the group from a matching index, or ``None`` (no index, an
+    unreadable one, or a ``sys.path`` entry changed since it was written)."""
+    try:
+        with open(location.file, encoding="utf-8") as f:
+            doc = json.load(f)
+        if doc.get("format") != FORMAT or doc.get("group") != location.group:
+            return None
+        recorded = doc["paths"]
+        if [p for p, _m in recorded] != location.paths or any(_mtime(p) != m for p, m in recorded):
+            return None
+        return {str(n): IndexedEntryPoint(str(n), str(v), location.group, d) for n, v, d in doc["entry_points"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_index(location: IndexLocation, entry_points: Mapping[str, object]) -> None:
+    """Record ``{name: importlib-metadata EntryPoint}`` of the group at ``location``.
+
+    Reads each distribution's name once (its METADATA). Never raises: an index that cannot be
+    written only costs later processes a scan.
+    """
+    paths = location.paths
+    names: dict[int, str | None] = {}
+    rows = []
+    try:
+        for name, ep in sorted(entry_points.items()):
+            dist = getattr(ep, "dist", None)
+            if id(dist) not in names:
+                names[id(dist)] = dist if isinstance(dist, str) or dist is None else getattr(dist, "name", None)
+            rows.append([name, ep.value, names[id(dist)]])
+        doc = {"format": FORMAT, "group": location.group, "python": sys.version, "executable": sys.executable,
+               "paths": [[p, _mtime(p)] for p in paths], "entry_points": rows}
+        target = location.file
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = f"{target}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        os.replace(tmp, target)
+        _prune(os.path.dirname(target))
+    except Exception:  # noqa: BLE001 - a read-only cache or odd metadata must not break discovery
+        return
+
+
+def _prune(folder: str) -> None:
+    """Keep the :data:`MAX_FILES` newest index files; drop temporary files of writers that died."""
+    files, stale = [], []
+    hour_ago = (_mtime(folder) or 0) - 3600 * 10 ** 9
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.endswith(".tmp"):
+            if (_mtime(path) or 0) < hour_ago:
+                stale.append(path)
+        elif name.startswith("entry-points-"):
+            files.append((_mtime(path) or 0, path))
+    for path in [p for _m, p in sorted(files)[:-MAX_FILES]] + stale:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
