@@ -309,7 +309,8 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
             extra = {"repairs": repairs} if repairs else {}
             result = compile_model(qdq_path or patched, paths["ctx"],
                                    backend_options=dict(options, patches=False, **extra),
-                                   overwrite=args.overwrite or attempt > 0, dlc_dir=paths["dlc"] if args.dlc else None)
+                                   overwrite=args.overwrite or attempt > 0, dlc_dir=paths["dlc"] if args.dlc else None,
+                                   source_model=args.model)  # its provenance names MODEL, the file sessions open
         missed = set() if args.no_patch else _cpu_node_names(result.partition) - {r.node_name for r in records}
         fixable = {m.node_name for m in find_patches(patched, only_for=missed) if m.applicable}
         if attempt or not fixable:

@@ -119,12 +119,17 @@ class SessionDescription:
             :func:`onnxwrapper.kernel.validate_feed`) and resolve ``output_names`` (``None`` → all
             outputs) before it calls a callable of :attr:`runs`; those then receive
             ``{name: numpy.ndarray}`` and a ``list[str]``.
+        feed_check: ``None``, or ``check(input_feed) -> bool`` the façade calls with the feed of
+            every ``run``/``run_async`` served by ORT itself (not by :attr:`runs`) before running it,
+            until it returns True (done: e.g. a warn-once check that has warned); while it is
+            active, ``run`` is not bound to ORT's directly. It may warn; it must not modify the feed.
     """
 
     ort: OrtSessionArgs | None = None
     foreign: ForeignIO | None = None
     runs: Mapping[str, Callable] = field(default_factory=dict)
     validate_feeds: bool = False
+    feed_check: Callable[[Mapping[str, Any]], bool] | None = None
 
     def __post_init__(self) -> None:
         if (self.ort is None) == (self.foreign is None):

@@ -278,7 +278,7 @@ class Backend(abc.ABC):
         execution_providers: ORT EP names whose presence in ``providers=`` selects this backend.
         options: ``{key: OptionSpec}`` documented options; any other key is rejected.
         npu: True for backends that target an NPU (no silent CPU fallback is allowed for them).
-        process_global_config: True when the backend's configuration is per process (QNN).
+        process_global_config: True when sessions with different configurations cannot coexist in one process.
 
     Args:
         options: the user's ``backend_options`` dict (``None`` = defaults).

@@ -14,7 +14,8 @@ Every public name of ``onnxruntime`` is reachable here and *is* onnxruntime's ob
 
 Added names: :func:`get_available_backends`, :class:`BackendInfo`, :func:`add_run_observer`,
 :class:`PartitionReport` / :class:`NodeAssignment` / :class:`PartialOffloadWarning` (what
-``InferenceSession.get_partition()`` returns and warns), the error classes in
+``InferenceSession.get_partition()`` returns and warns), :class:`NonFiniteInputWarning` (NaN/±Inf
+feeds on an FP16 target), the error classes in
 :mod:`onnxwrapper.errors`. ``onnxruntime.capi``, ``.quantization`` and
 ``.tools`` are used from onnxruntime itself. Importing this module imports onnxruntime and
 nothing else: no backend SDK, no I/O, no logging configuration.
@@ -33,6 +34,7 @@ from onnxwrapper._session import InferenceSession as InferenceSession
 from onnxwrapper._session import add_run_observer as add_run_observer
 from onnxwrapper.errors import ArtifactError as ArtifactError
 from onnxwrapper.errors import BackendCapabilityError as BackendCapabilityError
+from onnxwrapper.errors import BackendCompileError as BackendCompileError
 from onnxwrapper.errors import BackendConfigConflictError as BackendConfigConflictError
 from onnxwrapper.errors import BackendError as BackendError
 from onnxwrapper.errors import BackendNotFoundError as BackendNotFoundError
@@ -45,6 +47,7 @@ from onnxwrapper.errors import PartitionError as PartitionError
 from onnxwrapper.errors import RemoteJobError as RemoteJobError
 from onnxwrapper.errors import SessionClosedError as SessionClosedError
 from onnxwrapper.kernel import NodeAssignment as NodeAssignment
+from onnxwrapper.kernel import NonFiniteInputWarning as NonFiniteInputWarning
 from onnxwrapper.kernel import PartialOffloadWarning as PartialOffloadWarning
 from onnxwrapper.kernel import PartitionReport as PartitionReport
 from onnxwrapper.kernel import RecordingSessionOptions as SessionOptions
@@ -60,6 +63,7 @@ _OWN = [
     "PartitionReport",
     "NodeAssignment",
     "PartialOffloadWarning",
+    "NonFiniteInputWarning",
     "OnnxwrapperError",
     "BackendError",
     "BackendNotFoundError",
@@ -67,6 +71,7 @@ _OWN = [
     "BackendOptionError",
     "BackendValidationError",
     "BackendCapabilityError",
+    "BackendCompileError",
     "BackendConfigConflictError",
     "BackendRunError",
     "PartitionError",

@@ -141,8 +141,13 @@ class InferenceSession(_ORT):
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()
         self._ow_served = frozenset(description.runs)  # run methods the backend serves itself
         # with no observer, ``run`` may be ORT's bound run itself: nothing to check or validate
-        self._ow_fast = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
-                         and type(self).run is InferenceSession.run)  # a subclass overriding run() keeps its own
+        self._ow_fast_ok = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
+                            and type(self).run is InferenceSession.run)  # a subclass overriding run() keeps its own
+        self._ow_feed_check = description.feed_check
+        self._ow_enable_fast_path()
+
+    def _ow_enable_fast_path(self) -> None:
+        self._ow_fast = self._ow_fast_ok and self._ow_feed_check is None
         if self._ow_fast:
             with observers_lock:
                 FAST_PATH_SESSIONS.add(self)
@@ -171,6 +176,10 @@ class InferenceSession(_ORT):
         """Closed check → feed validation (when the backend asks) → backend run → observers."""
         self._ow_check_open(method)
         names, given = output_names, feed
+        check = self._ow_feed_check
+        if check is not None and method in ("run", "run_async") and method not in self._ow_served and check(feed):
+            self._ow_feed_check = None  # the backend's feed check is done (e.g. it has warned once)
+            self._ow_enable_fast_path()
         if method in self._ow_validate:
             if method == "run_with_ort_values":
                 validate_ort_values(self._inputs_meta, feed, output_names, self._outputs_meta)

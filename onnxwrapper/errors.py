@@ -16,6 +16,7 @@ Hierarchy::
     │   │   ├── BackendOptionError            (also ValueError) unknown or invalid backend option
     │   │   ├── BackendValidationError        a plugin does not satisfy the backend protocol
     │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
+    │   │   ├── BackendCompileError           (also RuntimeError) the backend's compiler process died
     │   │   ├── BackendConfigConflictError    (also RuntimeError) process-global config clash
     │   │   ├── BackendRunError               (also onnxruntime EPFail) the native runtime failed
     │   │   │   └── RemoteJobError            a remote service's job or request failed (.job_url)
@@ -36,6 +37,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import Fail as _OrtFail
 __all__ = [
     "ArtifactError",
     "BackendCapabilityError",
+    "BackendCompileError",
     "BackendConfigConflictError",
     "BackendError",
     "BackendNotFoundError",
@@ -108,6 +110,28 @@ class BackendValidationError(BackendError):
 
 class BackendCapabilityError(BackendError, NotImplementedError):
     """The session's backend cannot serve this ``InferenceSession`` method (e.g. IOBinding on SNPE)."""
+
+
+class BackendCompileError(BackendError, RuntimeError):
+    """The backend's compiler died while compiling a model (a native abort, crash or kill of the
+    compile worker process); the user's process is unaffected and a later compile starts a new worker.
+
+    Attributes:
+        model: the model's name in messages (file name, or ``"the model (bytes)"``).
+        shapes: the specialization shapes (``{input: shape}``) or ``None``.
+        signal: the name of the signal that ended the worker (``"SIGABRT"``), or ``None``.
+        exit_code: the worker's exit status (negative: the signal number), or ``None``.
+        stderr: the last lines the worker wrote to stderr (e.g. ``std::bad_alloc``), as one string.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, model: str | None = None, shapes=None,
+                 signal: str | None = None, exit_code: int | None = None, stderr: str = "") -> None:
+        super().__init__(message, backend=backend)
+        self.model = model
+        self.shapes = shapes
+        self.signal = signal
+        self.exit_code = exit_code
+        self.stderr = stderr
 
 
 class BackendConfigConflictError(BackendError, RuntimeError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 
 import numpy as np
@@ -48,8 +50,11 @@ def test_compile_model_writes_epcontext_and_binary(tmp_path):
     assert sorted(os.listdir(tmp_path / "out")) == ["conv_ctx.onnx", "conv_ctx_qnn.bin"]  # no temp leftovers
     ctx = onnx.load(result.ctx_path)
     assert [n.op_type for n in ctx.graph.node] == ["EPContext"]
-    assert ctx.producer_name == "onnxwrapper-tests" and {p.key: p.value for p in ctx.metadata_props} == {
-        "license": "MIT", "author": "tests"}
+    props = {p.key: p.value for p in ctx.metadata_props}
+    record = json.loads(props.pop("onnxwrapper.provenance"))  # the provenance record travels with the ctx model
+    assert ctx.producer_name == "onnxwrapper-tests" and props == {"license": "MIT", "author": "tests"}
+    assert record["source_name"] == "conv.onnx" and record["qnn"]["soc_model"] == "60" and record["shapes"] is None
+    assert record["source_sha256"] == onnxwrapper.kernel.ModelSource(model, None).content_hash()
     with pytest.raises(ArtifactError, match="exists already"):
         compile_model(model, result.ctx_path)
     assert compile_model(model, result.ctx_path, overwrite=True).ctx_path == result.ctx_path
@@ -95,8 +100,9 @@ def test_an_epcontext_model_can_be_opened_directly(tmp_path, _cache):
     np.testing.assert_allclose(session.run(None, {"X": x})[0], ref, atol=1e-2)
 
 
-def test_foreign_epcontext_gets_the_original_metadata(tmp_path):
-    """An EPContext written by plain ORT (no metadata copy) still reports the model's metadata."""
+def test_epcontext_without_provenance_is_ignored_with_a_warning(tmp_path, caplog):
+    """An EPContext written by plain ORT next to the model has no record of its source: it is not used
+    (a warning says why), the model is compiled, and the answer is the model's."""
     from onnxwrapper.backends.qnn._runtime import ensure_registered
 
     model = _write(tmp_path, "raw.onnx", models.smallconv(batch=1))
@@ -106,21 +112,53 @@ def test_foreign_epcontext_gets_the_original_metadata(tmp_path):
     so.add_session_config_entry("ep.context_file_path", str(tmp_path / "raw_ctx.onnx"))
     so.add_provider_for_devices(ensure_registered(), {"backend_type": "htp", "soc_model": "60", "htp_arch": "73"})
     onnxruntime.InferenceSession(model, so)
-    assert onnx.load(str(tmp_path / "raw_ctx.onnx")).producer_name != "onnxwrapper-tests"
-    session = onnxwrapper.InferenceSession(model, backend="qnn")
-    assert _origin(session) == "precompiled"
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper.qnn"):
+        session = onnxwrapper.InferenceSession(model, backend="qnn")
+    assert _origin(session) == "compiled"
+    assert "raw_ctx.onnx is not used: it has no onnxwrapper provenance record" in caplog.text
     meta = session.get_modelmeta()
     assert (meta.producer_name, meta.version, meta.custom_metadata_map) == ("onnxwrapper-tests", 7,
                                                                             {"license": "MIT", "author": "tests"})
 
 
-def test_stale_artifact_is_refused(tmp_path):
-    model = _write(tmp_path, "m.onnx", models.smallconv(batch=1))
+def test_stale_or_unrelated_artifacts_are_ignored_never_used_nor_blocking(tmp_path, caplog):
+    """Item 2: a ctx compiled before the model was retrained (same IO) is not run silently, an unrelated
+    ctx or garbage under m's name does not block m; each is ignored with a warning naming the reason."""
+    x = np.random.default_rng(5).random((1, 3, 8, 8), np.float32)
+    model = _write(tmp_path, "m.onnx", models.smallconv(batch=1, seed=1))
+    compile_model(model, tmp_path / "m_ctx.onnx")
+    _write(tmp_path, "m.onnx", models.smallconv(batch=1, seed=2))  # retrained: same inputs and outputs
+    reference = onnxruntime.InferenceSession(model).run(None, {"X": x})[0]
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper.qnn"):
+        session = onnxwrapper.InferenceSession(model, backend="qnn")
+    assert _origin(session) == "compiled" and "compiled from another version of m.onnx" in caplog.text
+    np.testing.assert_allclose(session.run(None, {"X": x})[0], reference, atol=2e-2)
     other = _write(tmp_path, "other.onnx", models.add_mul_add())
-    compile_model(other, tmp_path / "m_ctx.onnx")  # an artifact of another model under m's name
-    with pytest.raises(ArtifactError, match="does not match the model") as info:
-        onnxwrapper.InferenceSession(model, backend="qnn")
-    assert info.value.path == str(tmp_path / "m_ctx.onnx")
+    compile_model(other, tmp_path / "m_ctx.onnx", overwrite=True)  # an artifact of another model under m's name
+    assert _origin(onnxwrapper.InferenceSession(model, backend="qnn")) == "cache"
+    (tmp_path / "m_ctx.onnx").write_bytes(os.urandom(300))
+    (tmp_path / "m.htp.bin").write_bytes(os.urandom(4096))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper.qnn"):
+        session = onnxwrapper.InferenceSession(model, backend="qnn")
+    np.testing.assert_allclose(session.run(None, {"X": x})[0], reference, atol=2e-2)
+    assert "m_ctx.onnx is not a readable ONNX model" in caplog.text and "m.htp.bin" in caplog.text
+    # verified again once it is regenerated for this model
+    compile_model(model, tmp_path / "m_ctx.onnx", overwrite=True)
+    assert _origin(onnxwrapper.InferenceSession(model, backend="qnn")) == "precompiled"
+
+
+def test_external_data_named_like_a_context_binary_is_the_models_own(tmp_path, caplog):
+    """The model's own external data file ``m.bin`` is not a neighbour artifact (nothing to warn about)."""
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx.load_from_string(models.smallconv(batch=1)), str(path), save_as_external_data=True,
+              location="m.bin", size_threshold=0)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper.qnn"):
+        session = onnxwrapper.InferenceSession(str(path), backend="qnn")
+    assert caplog.text == ""
+    np.testing.assert_allclose(session.run(None, {"X": x})[0],
+                               onnxruntime.InferenceSession(str(path)).run(None, {"X": x})[0], atol=2e-2)
 
 
 def test_artifact_resolver_extension_point(tmp_path):

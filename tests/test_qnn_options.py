@@ -28,9 +28,9 @@ def _settings(options=None, raw=None, real_npu=False):
 def test_backend_declaration():
     assert QnnBackend.name == "qnn" and QnnBackend.aliases == ("qairt",)
     assert QnnBackend.execution_providers == ("QNNExecutionProvider",)
-    assert QnnBackend.npu and QnnBackend.process_global_config
+    assert QnnBackend.npu and not QnnBackend.process_global_config  # explicit soc_model + compile workers
     for key in ("target", "soc_model", "htp_arch", "precision", "htp_performance_mode", "strict", "profiling",
-                "cache_dir", "max_specializations", "provider_options", "patches", "graph", "onnx"):
+                "cache_dir", "max_specializations", "provider_options", "patches", "graph", "onnx", "max_feed_mb"):
         assert QnnBackend.options[key].doc
 
 
@@ -47,7 +47,7 @@ def test_default_settings_emulate_x_elite_fp16():
     assert (s.target, s.soc_model, s.htp_arch, s.precision) == ("snapdragon-x-elite", 60, 73, "fp16")
     assert s.ep_options == {"backend_type": "htp", "enable_htp_fp16_precision": "1", "htp_arch": "73",
                             "soc_model": "60"}
-    assert s.process_config().describe() == "soc_model=60, htp_arch=73, precision=fp16"
+    assert s.describe() == "target=snapdragon-x-elite, soc_model=60, htp_arch=73, precision=fp16"
 
 
 def test_named_target_and_raw_soc():
@@ -58,9 +58,11 @@ def test_named_target_and_raw_soc():
         _settings({"target": "8gen3", "soc_model": 60})
 
 
-def test_fp32_is_simulator_only_and_without_soc_model():
+def test_fp32_is_simulator_only_with_an_explicit_fp32_soc_model():
+    """fp32 passes soc_model=30 (SM8350, the HTP default) explicitly: a session without soc_model would
+    inherit the last explicit one of the process (a user's FP16 session)."""
     s = _settings({"precision": "fp32"})
-    assert s.soc_model is None and "soc_model" not in s.ep_options and "enable_htp_fp16_precision" not in s.ep_options
+    assert s.soc_model == 30 and s.ep_options["soc_model"] == "30" and "enable_htp_fp16_precision" not in s.ep_options
     assert _settings({"precision": "fp32", "target": "8gen2"}).ep_options["htp_arch"] == "73"
     with pytest.raises(BackendOptionError, match="only available on the x86-64 HTP simulator"):
         _settings({"precision": "fp32"}, real_npu=True)

@@ -9,20 +9,24 @@ Qualcomm's HTP *simulator* (real QNN graphs, device numerics, not device speed).
 Session life cycle (:meth:`QnnBackend.open`):
 
 1. options → :class:`~onnxwrapper.backends.qnn._settings.QnnSettings` (default target on a host
-   without NPU: Snapdragon X Elite, ``soc_model=60``, so numerics emulate the device's FP16);
-2. the process-global QNN configuration is pinned (a conflicting one raises
-   :class:`~onnxwrapper.errors.BackendConfigConflictError`);
-3. static models: a precompiled artifact next to the model (``<stem>_ctx.onnx`` or a raw context
-   binary, see :mod:`onnxwrapper.backends.qnn._artifacts`) wins, else the compile cache
-   (:mod:`onnxwrapper.kernel._cache`) returns the EPContext model, compiling it once on a miss;
-   dynamic models: a precompiled ``<stem>_ctx*.onnx`` for the feed's shapes, else compiled per
-   feed shape at ``run`` (:mod:`onnxwrapper.backends.qnn._session`); a raw QNN context binary
+   without NPU: Snapdragon X Elite, ``soc_model=60``, so numerics emulate the device's FP16; always an
+   explicit ``soc_model``, 30 for fp32, so nothing depends on the process's earlier QNN sessions);
+2. compiles run in worker processes (:mod:`onnxwrapper.backends.qnn._workers`): a compiler crash
+   is a :class:`~onnxwrapper.errors.BackendCompileError`, this process only loads compiled models;
+3. static models: a verified precompiled ``<stem>_ctx.onnx`` next to the model (its provenance
+   record names this model, see :mod:`onnxwrapper.backends.qnn._artifacts`) wins, else the compile
+   cache (:mod:`onnxwrapper.kernel._cache`) returns the EPContext model, compiling it once on a miss;
+   models with dynamic dims or control inputs: a verified ``<stem>_ctx*.onnx`` for the feed's
+   signature, else compiled per signature at ``run`` (:mod:`onnxwrapper.backends.qnn._session`),
+   control flow folded first (:mod:`onnxwrapper.backends.qnn._specialize`); a raw QNN context binary
    given as the model path (``*.bin``) is wrapped and run (:mod:`onnxwrapper.backends.qnn._binary`).
    Compiles apply operator patches to nodes QNN leaves on CPU unless ``patches=False``
    (:mod:`onnxwrapper.backends.qnn._patching`).
 
 :func:`compile_model` is the same compile as a public function (used by ``aipc compile``), with
-an optional DLC export (``dlc_dir``).
+an optional DLC export (``dlc_dir``); :func:`precompile` fills the compile cache for many
+signatures at once (``jobs`` workers); :class:`WorkerPool` / :func:`compile_many` /
+:class:`CompileRequest` are the worker layer under both.
 """
 
 from __future__ import annotations
@@ -32,16 +36,23 @@ from onnxwrapper.backends.qnn._backend import QnnBackend
 from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, TensorInfo, read_binary_info
 from onnxwrapper.backends.qnn._export import CompileResult, compile_model
 from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES, qnn_rejection_reason
+from onnxwrapper.backends.qnn._precompile import PrecompileResult, precompile
+from onnxwrapper.backends.qnn._workers import CompileRequest, WorkerPool, compile_many
 
 __all__ = [
     "BinaryInfo",
+    "CompileRequest",
     "CompileResult",
     "GraphInfo",
+    "PrecompileResult",
     "QNN_OP_TYPES",
     "QnnBackend",
     "ResolvedArtifact",
     "TensorInfo",
+    "WorkerPool",
+    "compile_many",
     "compile_model",
+    "precompile",
     "qnn_rejection_reason",
     "read_binary_info",
     "register_artifact_resolver",

@@ -8,17 +8,19 @@ Order of work (each step can raise, nothing native happens before step 4):
    (ORT's exception classes and messages for bad input);
 2. raw QNN EP options from the request (the user's SessionOptions, ``providers``/``provider_options``)
    + backend options → :class:`~onnxwrapper.backends.qnn._settings.QnnSettings`;
-3. the QNN plugin is registered and the process-global configuration pinned;
+3. the QNN plugin is registered (nothing is pinned: every session passes an explicit
+   ``soc_model``, and compiles run in a worker process);
 4. raw QNN context binary (``.bin`` model path): wrapped in an EPContext model and loaded;
    EPContext model given directly: loaded as it is;
-   static model: precompiled artifact next to the model, else cached / compiled EPContext;
-   dynamic model: a metadata session + per-shape specializations built on demand (a precompiled
-   ``<stem>_ctx*.onnx`` for that shape first, else cached / compiled).
+   static model: a *verified* precompiled artifact next to the model, else cached / compiled EPContext;
+   model with dynamic dims or control inputs (rank-0 inputs that decide an ``If``): a metadata
+   session + specializations per (shapes, control values) built on demand (a verified
+   ``<stem>_ctx*.onnx`` first, else cached / compiled: :mod:`onnxwrapper.backends.qnn._spec_builder`).
 
 Compiles go through the one QNN compile pipeline (:mod:`onnxwrapper.backends.qnn._pipeline`,
-shared with ``compile_model``): nodes the QNN EP leaves on CPU are patched and the model
-recompiled when the ``patches`` option allows it; ``strict`` is judged on the partition after
-patching.
+shared with ``compile_model``): feeds beyond the HTP compiler are refused first, shape-decided
+``If`` nodes are folded, nodes the QNN EP leaves on CPU are patched and the model recompiled when
+the ``patches`` option allows it; ``strict`` is judged on the partition after patching.
 """
 
 from __future__ import annotations
@@ -34,26 +36,28 @@ import onnxruntime
 
 from onnxwrapper.backends._artifact_files import companion_onnx, companion_option
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, OptionSpec, SessionRequest
-from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled, resolve_specialization
+from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_precompiled
 from onnxwrapper.backends.qnn._assignment import ASSIGNMENT_KEY, records_assignment
-from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session, ort_session_class
+from onnxwrapper.backends.qnn._compile import ort_session_class
+from onnxwrapper.backends.qnn._feed_limits import DEFAULT_MAX_FEED_MB
 from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
 from onnxwrapper.backends.qnn._patching import convert_patches
-from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
 from onnxwrapper.backends.qnn._repair import (REPAIRS_DOC, convert_repairs, prepare_repairs, refuse_for_artifact,
                                               repaired_step)
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, INSTALL_HINT, copy_session_options, ensure_registered,
                                                is_x86_host, qnn_versions, user_qnn_ep_options)
-from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, check_partition
-from onnxwrapper.backends.qnn._user_session import BAKED_IN, static_session, user_facing_options
+from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, check_partition, nonfinite_check
+from onnxwrapper.backends.qnn._spec_builder import JitModel, SpecializationBuilder, artifact_info, static_compile
+from onnxwrapper.backends.qnn._specialize import control_inputs
+from onnxwrapper.backends.qnn._user_session import static_session, user_facing_options, user_session_options
 from onnxwrapper.backends.qnn._settings import QnnSetup, merge_raw_options, qnn_setup
 from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
 from onnxwrapper.backends.qnn._wrap import RAW_BINARY_SUFFIXES, wrap_raw_binary
-from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, BackendUnavailableError, PartitionError
-from onnxwrapper.kernel import (ModelSource, PartitionReport, dynamic_inputs, fix_free_dimensions, make_key,
-                                modelmeta_from_onnx, recorded_key, shapes_note, specialize, supplied_external_data)
+from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, BackendUnavailableError
+from onnxwrapper.kernel import ModelSource, dynamic_inputs, fix_free_dimensions, modelmeta_from_onnx, recorded_key
 
 __all__ = ["QnnBackend", "convert_graph", "open_session", "request_ep_options"]
 
@@ -86,8 +90,9 @@ _DOCS = {
     "soc_model": "Raw QNN soc_model (int, Qnn_SocModel_t, e.g. 60 = SC8380XP). On the simulator >= 36 switches FP16 "
                  "emulation on (measured).",
     "htp_arch": "Raw Hexagon arch: 68, 69, 73, 75, 79, 81 (or 'v73'); default from the target.",
-    "precision": "'fp16' (default: the HTP's float math) or 'fp32' (x86-64 simulator only, no soc_model: an fp32 "
-                 "reference, not a device mode).",
+    "precision": "'fp16' (default: the HTP's float math) or 'fp32' (x86-64 simulator only, soc_model=30: an fp32 "
+                 "reference, not a device mode; no fp32 kernels for Gather, LSTM, GRU, HardSigmoid, … — see "
+                 "docs/backends/qnn.md).",
     "htp_performance_mode": f"HTP power/performance mode: {', '.join(PERFORMANCE_MODES)} (ORT QNN EP docs; no "
                             f"effect in the simulator).",
     "strict": "True: any node outside the QNN EP raises PartitionError (default False: warn once).",
@@ -108,6 +113,9 @@ _DOCS = {
     "onnx": "ONNX model describing a raw context binary given as the model path (names, order, dtypes, metadata); "
             "default <stem>.onnx next to the .bin when present; False: use the binary's own tensor names.",
     "repairs": REPAIRS_DOC,
+    "max_feed_mb": f"Largest feed (MiB, logical size: broadcast views count in full) a shape is compiled for; larger "
+                   f"feeds raise BackendCapabilityError at once instead of exhausting the QNN compiler. Default "
+                   f"{DEFAULT_MAX_FEED_MB}.",
 }
 
 _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, default, convert in (
@@ -125,6 +133,7 @@ _OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defa
     ("graph", None, convert_graph),
     ("onnx", None, _convert_companion),
     ("repairs", None, convert_repairs),
+    ("max_feed_mb", DEFAULT_MAX_FEED_MB, convert_positive_int),
 )}
 
 
@@ -143,7 +152,6 @@ class QnnBackend(Backend):
     execution_providers = ("QNNExecutionProvider",)
     options = _OPTIONS
     npu = True
-    process_global_config = True
 
     _probe_result: Availability | None = None
     _probe_lock = threading.Lock()
@@ -197,13 +205,15 @@ class QnnBackend(Backend):
             ensure_registered()
 
     def open(self, request: SessionRequest) -> BackendSession:
-        """Prepare a QNN session: settings, config pin, artifact (precompiled / cached / compiled).
+        """Prepare a QNN session: settings, artifact (verified precompiled / cached / compiled in a worker).
 
         Raises:
-            ORT's exception (class and message) for a bad model argument or file;
+            ORT's exception (class and message) for a bad model argument or file, or a
+            ``sess_options`` that is not a SessionOptions (ORT's TypeError);
             BackendUnavailableError (no onnxruntime-qnn, EP creation failed), BackendOptionError,
-            BackendConfigConflictError, PartitionError (strict, or QNN took no node),
-            ArtifactError (stale precompiled artifact, cache problems).
+            PartitionError (strict, or QNN took no node), BackendCapabilityError (shapes beyond the
+            HTP compiler, fp32 graphs the simulator cannot finalize), BackendCompileError (the
+            compiler process died), ArtifactError (cache problems).
         """
 
         availability = self.probe()
@@ -218,17 +228,16 @@ def request_ep_options(request) -> dict[str, str]:
     entries ``ep.qnnexecutionprovider.*``, then the ``QNNExecutionProvider`` options of
     ``providers``/``provider_options`` (parsed once by backend selection: ``request.ep_options``),
     whether or not ``backend=`` was given too."""
-    return merge_raw_options(user_qnn_ep_options(request.sess_options), request.ep_options.get(EP_NAME))
+    return merge_raw_options(user_qnn_ep_options(request.sess_options or None), request.ep_options.get(EP_NAME))
 
 
 def _label(source) -> str:
     return repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
 
 
-def _is_ort_format(request, source) -> bool:
+def _is_ort_format(so, source) -> bool:
     if source.path is not None and source.path.lower().endswith(".ort"):
         return True
-    so = request.sess_options
     if so is not None:
         try:
             return so.get_session_config_entry("session.load_model_format").upper() == "ORT"
@@ -265,15 +274,6 @@ def _open_raw_binary(setup: QnnSetup, configs, warn_key: str):
     return static_session(setup, ctx, configs, None, info, warn_key, model_meta=meta)
 
 
-def _model_key(source: ModelSource, user_so) -> str:
-    """Content hash of the model (+ external data) and of what the user's SessionOptions add to it
-    (recorded initializers, in-memory external data, free-dimension overrides, custom-op libraries)."""
-    names, files = supplied_external_data(user_so)
-    content = source.content_hash(names, files)
-    recorded = recorded_key(user_so)
-    return make_key({"model": content, "session_options": recorded}) if recorded else content
-
-
 def _refuse_graph_option(settings, why: str) -> None:
     """BackendOptionError when the ``graph`` option is set for a session without a raw context binary."""
     if settings.graph is not None:
@@ -296,7 +296,8 @@ def open_session(config: dict[str, Any], request, availability):
         config: validated backend options. request: the SessionRequest. availability: probe result.
     """
     source = ModelSource.from_arg(request.path_or_bytes)
-    if _is_ort_format(request, source):
+    given_so = user_session_options(request)
+    if _is_ort_format(given_so, source):
         raise BackendCapabilityError("Backend 'qnn' compiles ONNX models; ORT-format (.ort) models are not "
                                      "supported. Pass the .onnx model.", backend="qnn")
     raw_binary = _is_raw_binary(source)
@@ -305,7 +306,7 @@ def open_session(config: dict[str, Any], request, availability):
     if repair is not None:
         config, proto = repair.config, repair.proto
     stem = source.stem or "model"
-    setup = qnn_setup(config, request_ep_options(request), source, user_so=request.sess_options,
+    setup = qnn_setup(config, request_ep_options(request), source, user_so=given_so,
                       kwargs=request.kwargs, label=_label(source), real_npu=availability.real_npu,
                       default_profile_path=os.path.abspath(f"onnxwrapper_qnn_profile_{stem}.csv"))
     settings, label = setup.settings, setup.label
@@ -324,7 +325,7 @@ def open_session(config: dict[str, Any], request, availability):
     if raw_binary:
         refuse_for_artifact(config, "a raw QNN context binary")
         return _open_raw_binary(setup, load_configs, f"{os.path.abspath(source.path)}:{settings.describe()}")
-    model_hash = _model_key(source, user_so)
+    model_hash = model_key(source, user_so)
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
     store = CacheStore(setup, proto, model_hash)
     compile_epcontext = EpContextFromOnnx(store)
@@ -334,20 +335,20 @@ def open_session(config: dict[str, Any], request, availability):
         compile_epcontext, compile_input = repaired_step(repair, setup, model_hash), repair.proto.SerializeToString()
     fixed = fix_free_dimensions(proto, user_so)  # the inputs as ORT sees them with the user's overrides
     dynamic = dynamic_inputs(fixed)
+    control = control_inputs(fixed)
+    # precompiled neighbours are verified against the model file alone: not for a repaired model, nor
+    # when the user's SessionOptions change it (recorded initializers, overrides)
+    neighbours = repair is None and not recorded_key(user_so)
 
-    def artifact_info(compiled, shapes) -> ArtifactInfo:
-        return ArtifactInfo("cache" if compiled.reused else "compiled", compiled.ctx_path,
-                            dict(shapes) if shapes else None, compiled.seconds, compiled.key)
-
-    if not dynamic and _is_epcontext_model(proto):
+    if not dynamic and not control and _is_epcontext_model(proto):
         # an EPContext model given directly (e.g. `aipc compile` output): load it as it is
         _refuse_graph_option(settings, "this model is an EPContext model")
         refuse_for_artifact(config, "this EPContext model")
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
         return static_session(setup, model_input, load_configs, None, info, warn_key)
-    if not dynamic:
+    if not dynamic and not control:
         start = time.perf_counter()
-        artifact = resolve_precompiled(source, settings) if repair is None else None
+        artifact = resolve_precompiled(source, settings) if neighbours else None
         if artifact is None or artifact.kind != "context_binary":
             _refuse_graph_option(settings, "no raw context binary is used for this model")
         if artifact is not None:
@@ -355,19 +356,26 @@ def open_session(config: dict[str, Any], request, availability):
             info = ArtifactInfo("precompiled", artifact.ctx_path, None, time.perf_counter() - start)
             return static_session(setup, artifact.ctx_path, load_configs, None, info, warn_key,
                                   model_meta=_model_meta_override(ctx_proto, proto))
-        if repair is not None:  # a recipe's model is compiled as it is (no CPU-fallback verdict for it)
-            compiled, no_node = compile_epcontext(compile_input, proto, None, label), None
-        else:
-            compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches, model_input, proto,
-                                                   None, label)
+
+        def compile_static(model_in, model_proto):
+            if repair is not None:  # a recipe's model is compiled as it is (no CPU-fallback verdict for it)
+                return compile_epcontext(model_in, model_proto, None, label), None
+            return compile_or_verdict(compile_epcontext, store, settings.patches, model_in, model_proto, None, label)
+
+        result = static_compile(setup, fixed, compile_input, compile_static)
+        if isinstance(result, JitModel):  # ORT cannot write its EPContext model: ORT compiles it at load
+            info = ArtifactInfo("jit", "<in memory>", None, 0.0)
+            return static_session(setup, result.data, dict(load_configs, **result.configs), None, info, warn_key,
+                                  model_meta=modelmeta_from_onnx(proto))
+        compiled, no_node = result
         if no_node is not None:
             no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
             return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
                                  ep_options=settings.ep_options)
         check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key)
         return static_session(setup, compiled.ctx_path, strict_configs, compiled.report,
-                              artifact_info(compiled, None), warn_key)
-    _refuse_graph_option(settings, "this model has dynamic input shapes (compiled per feed shape)")
+                              artifact_info(compiled, None), warn_key, model_meta=modelmeta_from_onnx(proto))
+    _refuse_graph_option(settings, "this model has dynamic input shapes or control inputs (compiled per feed)")
     cpu_runner: list = []
 
     def on_cpu():
@@ -376,29 +384,9 @@ def open_session(config: dict[str, Any], request, availability):
             cpu_runner.append(ort_session_class()(request.path_or_bytes, user_so, **request.kwargs))
         return cpu_runner[0]
 
-    def specialization(shapes: dict[str, tuple]):
-        """The ORT session of the specialization for ``shapes``: precompiled next to the model, else compiled."""
-        start = time.perf_counter()
-        note = f"{label} [{shapes_note(shapes)}]"
-        artifact = resolve_specialization(source, settings, shapes) if repair is None else None
-        if artifact is not None:
-            check_artifact_interface(artifact, proto)
-            so = build_session_options(user_so, settings.ep_options, setup.devices, load_configs,
-                                       skip_recorded=BAKED_IN)
-            session = create_qnn_session(artifact.ctx_path, so, setup.kwargs)
-            report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=note)
-            return session, report, ArtifactInfo("precompiled", artifact.ctx_path, dict(shapes),
-                                                 time.perf_counter() - start)
-        spec = specialize(fixed, shapes)
-        compiled, no_node = compile_or_verdict(compile_epcontext, store, settings.patches,
-                                               spec.SerializeToString(), spec, shapes, note)
-        if no_node is not None:
-            return on_cpu(), no_node, ArtifactInfo("cpu", "", dict(shapes), time.perf_counter() - start)
-        if settings.strict:
-            check_partition(compiled.report, strict=True, label=note, warn_key=warn_key)
-        so = build_session_options(user_so, settings.ep_options, setup.devices, strict_configs,
-                                   skip_recorded=BAKED_IN)
-        return create_qnn_session(compiled.ctx_path, so, setup.kwargs), compiled.report, artifact_info(compiled, shapes)
+    build = SpecializationBuilder(setup, fixed, compile_epcontext, store, load_configs=load_configs,
+                                  strict_configs=strict_configs, warn_key=warn_key, neighbours=neighbours,
+                                  on_cpu=on_cpu, patches=None if repair is not None else settings.patches)
 
     meta_so, _entries = copy_session_options(user_so)
     user_facing_options(meta_so, user_so)
@@ -406,6 +394,7 @@ def open_session(config: dict[str, Any], request, availability):
         meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     if own_configs:
         meta_so.add_session_config_entry(ASSIGNMENT_KEY, "1")
-    return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=specialization, dynamic_names=list(dynamic),
+    return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=build, dynamic_names=list(dynamic),
                              ep_options=settings.ep_options, max_specializations=settings.max_specializations,
-                             strict=settings.strict, label=label, warn_key=warn_key, user_so=user_so)
+                             strict=settings.strict, label=label, warn_key=warn_key, user_so=user_so,
+                             control_names=control, nonfinite_check=nonfinite_check(settings, label))

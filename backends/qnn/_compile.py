@@ -1,5 +1,12 @@
 """Compile an ONNX model to a QNN EPContext model (+ raw QNN context binary), cached by content.
 
+Where it runs: :func:`generate_epcontext` and :func:`dump_dlc` are what a compile *worker process*
+executes (:mod:`onnxwrapper.backends.qnn._workers`), so a compiler abort or crash never takes the
+user's process down and the worker's QNN configuration is exactly the requested one; the user's
+process only loads the result. Their arguments are therefore plain data (the session options as
+:func:`~onnxwrapper.backends.qnn._runtime.session_options_state`, the original's metadata as a
+model without nodes).
+
 Compilation is ORT's EPContext generation (measured on onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0):
 a QNN session created with the session configs ``ep.context_enable=1``,
 ``ep.context_embed_mode=0`` and ``ep.context_file_path=<dir>/model_ctx.onnx`` writes
@@ -12,7 +19,8 @@ which is stored with the cache entry because a loaded ctx model only shows ``EPC
 The generated ctx model gets the original model's metadata (producer, domain, doc strings,
 model_version, metadata_props, graph name/doc), so ``get_modelmeta()`` equals the original's;
 ORT's own ``ep_compatibility_info.QNNExecutionProvider`` entry is moved to the cache manifest
-(the cache key already pins QNN SDK, ORT, soc_model and htp_arch).
+(the cache key already pins QNN SDK, ORT, soc_model and htp_arch), and the provenance record of
+:mod:`onnxwrapper.backends.qnn._provenance` is added (the façade reports the original's metadata).
 """
 
 from __future__ import annotations
@@ -22,22 +30,25 @@ import glob
 import logging
 import os
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from onnxwrapper.backends.qnn._overridable import restore_overridable_initializers
-from onnxwrapper.backends.qnn._runtime import EP_NAME, copy_session_options, native_stdout_guard, qnn_versions
+from onnxwrapper.backends.qnn._overridable import overridable_initializers, restore_overridable_initializers
+from onnxwrapper.backends.qnn._provenance import stamp
+from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, ensure_registered, native_stdout_guard,
+                                               qnn_versions, session_options_from_state)
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
 from onnxwrapper.kernel import ArtifactCache, CacheEntry, PartitionReport, __version__, make_key
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
-           "qnn_creation_guard", "create_qnn_session",
-           "generate_epcontext", "compile_cache_key", "cached_compile", "copy_model_metadata", "DLC_EP_OPTIONS",
-           "qnn_ir_backend_path", "dump_dlc"]
+           "qnn_creation_guard", "create_qnn_session", "metadata_model", "generate_epcontext", "compile_cache_key",
+           "cached_compile", "copy_model_metadata", "DLC_EP_OPTIONS", "qnn_ir_backend_path", "dump_dlc"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
-#: part of every cache key; bump when what is stored changes
-CACHE_FORMAT = "qnn-epcontext-v2"  # v2: overridable initializers stay graph inputs
+#: part of every cache key; bump when what is stored changes. v2: overridable initializers stay graph
+#: inputs. v3: explicit soc_model for fp32 (older entries may hold FP16 contexts under fp32 keys),
+#: control-flow folding, provenance records
+CACHE_FORMAT = "qnn-epcontext-v3"
 CTX_NAME = "model_ctx.onnx"
 _COMPAT_PREFIX = "ep_compatibility_info."
 
@@ -70,10 +81,12 @@ def build_session_options(user_so, ep_options: Mapping[str, str], devices, confi
     return so
 
 
-def ep_creation_error(exc: RuntimeError) -> BackendUnavailableError | None:
-    """The error to raise for ORT's ``RuntimeError`` "Error creating execution provider" (the QNN EP
-    could not be created; ORT would retry on CPU unless ``enable_fallback=0``), else ``None``."""
-    if "Error creating execution provider" not in str(exc):
+def ep_creation_error(exc: Exception) -> BackendUnavailableError | None:
+    """The error to raise for ORT's ``RuntimeError`` "Error creating execution provider" or ``Fail``
+    "… CreateProvider … while creating QNN EP" (the QNN EP could not be created; ORT would retry on
+    CPU unless ``enable_fallback=0``), else ``None``."""
+    text = str(exc)
+    if "Error creating execution provider" not in text and not ("CreateProvider" in text and "QNN EP" in text):
         return None
     return BackendUnavailableError(
         f"The QNN execution provider could not be created: {exc}. onnxwrapper does not fall back to CPU; check the "
@@ -88,7 +101,7 @@ def qnn_creation_guard() -> Iterator[None]:
     with native_stdout_guard():
         try:
             yield
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - ORT raises RuntimeError or its Fail here; others re-raised
             mapped = ep_creation_error(exc)
             if mapped is None:
                 raise
@@ -109,9 +122,30 @@ def create_qnn_session(model, so, kwargs: Mapping[str, Any] | None = None):
         return ort_session_class()(model, so, **args)
 
 
-def copy_model_metadata(ctx_path: str, original) -> str | None:
-    """Give the ctx model at ``ctx_path`` the metadata of ``original`` (an ``onnx.ModelProto``) and
-    its overridable initializers back as graph inputs (:func:`restore_overridable_initializers`).
+def metadata_model(original):
+    """A model without nodes or weights that carries what :func:`copy_model_metadata` reads from
+    ``original``: its metadata (producer, domain, doc strings, model_version, metadata_props, graph
+    name/doc) and its overridable initializers (graph inputs, with data-less initializer stubs).
+    Small enough to send to a compile worker."""
+    import onnx
+
+    meta = onnx.ModelProto()
+    meta.producer_name, meta.producer_version = original.producer_name, original.producer_version
+    meta.domain, meta.model_version, meta.doc_string = original.domain, original.model_version, original.doc_string
+    meta.graph.name, meta.graph.doc_string = original.graph.name, original.graph.doc_string
+    meta.metadata_props.extend(original.metadata_props)
+    for value in overridable_initializers(original):
+        meta.graph.input.append(value)
+        meta.graph.initializer.add().name = value.name
+    return meta
+
+
+def copy_model_metadata(ctx_path: str, original, provenance: Mapping[str, Any] | None = None,
+                        bin_path: str | None = None) -> str | None:
+    """Give the ctx model at ``ctx_path`` the metadata of ``original`` (an ``onnx.ModelProto``), its
+    overridable initializers back as graph inputs (:func:`restore_overridable_initializers`) and,
+    when given, the ``provenance`` record (:func:`onnxwrapper.backends.qnn._provenance.stamp`, with
+    the sha256 of ``bin_path``).
 
     Returns:
         ORT's removed ``ep_compatibility_info.*`` value (or ``None``).
@@ -133,6 +167,8 @@ def copy_model_metadata(ctx_path: str, original) -> str | None:
     del ctx.metadata_props[:]
     ctx.metadata_props.extend(original.metadata_props)
     restore_overridable_initializers(ctx, original)
+    if provenance is not None:
+        stamp(ctx, provenance, bin_path)
     tmp = ctx_path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(ctx.SerializeToString())
@@ -140,18 +176,23 @@ def copy_model_metadata(ctx_path: str, original) -> str | None:
     return compat
 
 
-def generate_epcontext(model, out_dir: str, user_so, ep_options: Mapping[str, str], devices, *, original,
-                       external_data_dir: str | None = None, ctx_name: str = CTX_NAME,
-                       kwargs: Mapping[str, Any] | None = None, note: str = "") -> dict[str, Any]:
-    """Compile ``model`` into ``out_dir/<ctx_name>`` (+ ``<ctx stem>_qnn.bin``).
+def generate_epcontext(model, out_dir: str, session_state: Mapping[str, Any] | None, ep_options: Mapping[str, str], *,
+                       original, external_data_dir: str | None = None, ctx_name: str = CTX_NAME,
+                       kwargs: Mapping[str, Any] | None = None, note: str = "",
+                       provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Compile ``model`` into ``out_dir/<ctx_name>`` (+ ``<ctx stem>_qnn.bin``) in this process.
+
+    Runs in a compile worker (see the module docstring); registers the QNN plugin EP when needed.
 
     Args:
         model: model path or serialized bytes (static shapes).
-        out_dir: existing, empty directory. user_so: the user's SessionOptions or ``None``.
-        ep_options: QNN EP options. devices: QNN ``OrtEpDevice`` list.
-        original: the original ``onnx.ModelProto`` whose metadata the ctx model gets.
+        out_dir: existing, empty directory.
+        session_state: the user's session options as ``session_options_state`` (``None``: defaults).
+        ep_options: QNN EP options.
+        original: ``onnx.ModelProto`` whose metadata the ctx model gets (:func:`metadata_model`).
         external_data_dir: folder of the model's external data when ``model`` is bytes.
         note: text for the partition report (e.g. the specialization shapes).
+        provenance: record stamped into the ctx model (without ``bin_sha256``), or ``None``.
 
     Returns:
         JSON-ready dict: ``ctx`` / ``bin`` (file names), ``partition`` (report dict),
@@ -160,13 +201,15 @@ def generate_epcontext(model, out_dir: str, user_so, ep_options: Mapping[str, st
     Raises:
         PartitionError: the QNN EP took no node at all (nothing was compiled).
         BackendUnavailableError: the QNN EP could not be created. ArtifactError: no ctx written.
+        ORT's errors for the model (unchanged).
     """
     ctx_path = os.path.join(out_dir, ctx_name)
     configs = {"ep.context_enable": "1", "ep.context_embed_mode": "0", "ep.context_file_path": ctx_path,
                "session.record_ep_graph_assignment_info": "1"}
     if external_data_dir:
         configs["session.model_external_initializers_file_folder_path"] = external_data_dir
-    so = build_session_options(user_so, ep_options, devices, configs, profiling=False)
+    so = build_session_options(session_options_from_state(session_state), ep_options, ensure_registered(), configs,
+                               profiling=False)
     start = time.perf_counter()
     session = create_qnn_session(model, so, kwargs)
     seconds = time.perf_counter() - start
@@ -180,24 +223,28 @@ def generate_epcontext(model, out_dir: str, user_so, ep_options: Mapping[str, st
             backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
     if not os.path.exists(ctx_path):
         raise ArtifactError(f"The QNN EP compiled the model but wrote no EPContext model at {ctx_path}.", path=ctx_path)
-    compat = copy_model_metadata(ctx_path, original)
     stem = os.path.splitext(ctx_name)[0]
     bins = sorted(os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(out_dir), stem + "*.bin")))
+    compat = copy_model_metadata(ctx_path, original, provenance, os.path.join(out_dir, bins[0]) if bins else None)
     return {"ctx": ctx_name, "bin": bins[0] if bins else None, "partition": report.to_dict(),
             "compile_seconds": seconds, "ep_options": dict(ep_options), "ep_compatibility_info": compat}
 
 
 def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shapes: Mapping[str, Any] | None,
                       so_entries: Mapping[str, str], graph_optimization_level: int,
-                      patches: Sequence[Mapping[str, Any]] | None = None) -> str:
+                      patches: Sequence[Mapping[str, Any]] | None = None,
+                      values: Mapping[str, Any] | None = None) -> str:
     """Cache key of one compile: model content (+ external data), compile-relevant EP options,
-    specialization shapes, copied session config entries and optimization level, QNN SDK /
-    onnxruntime-qnn / onnxruntime versions and :data:`CACHE_FORMAT`; for a patched model also
-    the patch records (``PatchRecord.to_dict()``: patch, node, inserted nodes) and the onnxwrapper
-    version (the patch implementations). Unpatched keys do not change with ``patches=None``."""
+    specialization shapes and bound control-input values, copied session config entries and
+    optimization level, QNN SDK / onnxruntime-qnn / onnxruntime versions and :data:`CACHE_FORMAT`
+    (which also versions the control-flow folding); for a patched model also the patch records
+    (``PatchRecord.to_dict()``: patch, node, inserted nodes) and the onnxwrapper version (the patch
+    implementations). Keys without patches or values do not change with ``patches=None``/``values=None``."""
     parts = {"format": CACHE_FORMAT, "model": model_hash, "ep_options": dict(sorted(compile_options.items())),
              "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}, "session_config": dict(so_entries),
              "graph_optimization_level": int(graph_optimization_level)}
+    if values:
+        parts["values"] = {str(k): repr(v) for k, v in sorted(values.items())}
     if patches:
 
         parts["patches"] = [dict(p) for p in patches]
@@ -206,30 +253,28 @@ def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shape
     return make_key(parts)
 
 
-def cached_compile(cache: ArtifactCache, key: str, model, user_so, ep_options: Mapping[str, str], devices, *,
-                   original, external_data_dir: str | None = None, kwargs: Mapping[str, Any] | None = None,
+def cached_compile(cache: ArtifactCache, key: str, build: Callable[[str], Mapping[str, Any]], *,
                    note: str = "") -> tuple[CacheEntry, str, PartitionReport]:
-    """The cached EPContext for ``key``, compiling ``model`` into the cache on a miss.
+    """The cached EPContext for ``key``, built with ``build(directory) -> meta`` on a miss.
 
-    ``model`` is a path, serialized bytes, or a zero-argument callable returning bytes (called
-    only on a miss, e.g. to serialize a patched model lazily).
+    ``build`` runs with the key's cache lock held and writes the ctx model and its binary into the
+    empty temporary ``directory`` (e.g. by sending a request to a compile worker); its ``meta`` is
+    what :func:`generate_epcontext` returns. A hit never calls it (no worker is started).
 
     Returns:
         ``(entry, ctx path, partition report)``; ``entry.hit`` tells whether it was compiled now.
         The report's ``source`` is ``"compile"`` on a miss and ``"cache"`` on a hit.
     """
-    def build(directory: str) -> dict[str, Any]:
+    def logged_build(directory: str) -> Mapping[str, Any]:
         _log.info("onnxwrapper qnn: compiling %s for the QNN HTP …", note or "model")
-        return generate_epcontext(model() if callable(model) else model, directory, user_so, ep_options, devices,
-                                  original=original,
-                                  external_data_dir=external_data_dir, kwargs=kwargs, note=note)
+        return build(directory)
 
-    entry = cache.get_or_create(key, build)
+    entry = cache.get_or_create(key, logged_build)
     if "partition" not in entry.meta or not os.path.isfile(entry.file(entry.meta.get("ctx", CTX_NAME))):
         _log.warning("onnxwrapper qnn: cache entry %s lacks its EPContext model or partition record; rebuilding",
                      key[:16])
         cache.remove(key)
-        entry = cache.get_or_create(key, build)
+        entry = cache.get_or_create(key, logged_build)
     ctx = entry.file(entry.meta.get("ctx", CTX_NAME))
     report = PartitionReport.from_dict(entry.meta["partition"])
     if entry.hit:
@@ -257,7 +302,7 @@ def qnn_ir_backend_path() -> str:
                         f"export needs it.", path=folder)
 
 
-def dump_dlc(model, out_dir: str, user_so, ep_options: Mapping[str, str], devices, *,
+def dump_dlc(model, out_dir: str, session_state: Mapping[str, Any] | None, ep_options: Mapping[str, str], *,
              external_data_dir: str | None = None, kwargs: Mapping[str, Any] | None = None) -> list[str]:
     """Write one DLC per QNN partition of ``model`` into the folder ``out_dir`` (created if missing).
 
@@ -271,7 +316,8 @@ def dump_dlc(model, out_dir: str, user_so, ep_options: Mapping[str, str], device
 
     Args:
         model: model path or serialized bytes (static shapes). ep_options: the compile's QNN EP
-            options (validated). devices: QNN ``OrtEpDevice`` list. user_so: SessionOptions or None.
+            options (validated). session_state: the user's session options as
+            ``session_options_state`` (``None``: defaults). Runs in a compile worker.
 
     Returns:
         The written ``.dlc`` paths, sorted.
@@ -283,7 +329,8 @@ def dump_dlc(model, out_dir: str, user_so, ep_options: Mapping[str, str], device
     options = dict(ep_options, dump_qnn_ir_dlc="1", dump_qnn_ir_dlc_dir=out_dir,
                    qnn_ir_backend_path=qnn_ir_backend_path())
     configs = {"session.model_external_initializers_file_folder_path": external_data_dir} if external_data_dir else {}
-    so = build_session_options(user_so, options, devices, configs, profiling=False)
+    so = build_session_options(session_options_from_state(session_state), options, ensure_registered(), configs,
+                               profiling=False)
     so.log_severity_level = 4
     session = create_qnn_session(model, so, kwargs)
     del session

@@ -3,7 +3,8 @@
 It runs the same pipeline as a session (:mod:`onnxwrapper.backends.qnn._pipeline`: settings,
 specialization, compile, operator patches, ``strict``), into a temporary folder next to the
 output, then moves the EPContext model and its context binary into place; optionally it exports
-one DLC per QNN partition (:func:`~onnxwrapper.backends.qnn._compile.dump_dlc`).
+one DLC per QNN partition (:func:`~onnxwrapper.backends.qnn._compile.dump_dlc`). Both run in a
+compile worker process (:mod:`onnxwrapper.backends.qnn._workers`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from typing import Any, Mapping
 import onnx
 
 from onnxwrapper.backends.qnn._backend import QnnBackend
-from onnxwrapper.backends.qnn._compile import dump_dlc
-from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore
+from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
+from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore, compile_request
+from onnxwrapper.backends.qnn._provenance import make_record
 from onnxwrapper.backends.qnn._runtime import qnn_versions, user_qnn_ep_options
 from onnxwrapper.backends.qnn._session import check_partition
 from onnxwrapper.backends.qnn._settings import qnn_setup
 from onnxwrapper.backends.qnn._stitch import compile_repaired
+from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, control_value, specialize_for_qnn
+from onnxwrapper.backends.qnn._workers import default_pool
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
-from onnxwrapper.kernel import ModelSource, dynamic_inputs, shapes_note, specialize
+from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, input_dims
 
 __all__ = ["CompileResult", "compile_model"]
 
@@ -70,12 +74,17 @@ class CompileResult:
 
 def compile_model(model, output_path, backend_options: Mapping[str, Any] | None = None,
                   input_shapes: Mapping[str, Any] | None = None, *, sess_options=None,
-                  overwrite: bool = False, dlc_dir=None) -> CompileResult:
+                  overwrite: bool = False, dlc_dir=None, input_values: Mapping[str, Any] | None = None,
+                  source_model=None) -> CompileResult:
     """Compile ``model`` for the QNN HTP into an EPContext model + QNN context binary.
 
-    The same compile as a session's: with the ``patches`` option on (default), nodes the QNN EP
-    leaves on CPU that a registered patch can rewrite are patched and the model recompiled (see
-    :mod:`onnxwrapper.backends.qnn._patching`); ``strict`` is judged after patching.
+    The same compile as a session's, in a compile worker process: with the ``patches`` option on
+    (default), nodes the QNN EP leaves on CPU that a registered patch can rewrite are patched and the
+    model recompiled (see :mod:`onnxwrapper.backends.qnn._patching`); ``strict`` is judged after
+    patching; ``If`` nodes decided by the shapes and ``input_values`` are folded first
+    (:mod:`onnxwrapper.backends.qnn._specialize`). The ctx model carries a provenance record
+    (:mod:`onnxwrapper.backends.qnn._provenance`): sessions of the source model use it from next to
+    the model only while the model, the QNN options and the shapes are the ones recorded.
 
     Args:
         model: path (``str``/``os.PathLike``), serialized bytes, or ``onnx.ModelProto``.
@@ -91,23 +100,31 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
             through QNN's IR backend (QNN EP options ``dump_qnn_ir_dlc``, ``dump_qnn_ir_dlc_dir``,
             ``qnn_ir_backend_path`` = onnxruntime-qnn's libQnnIr; a second session, see
             :func:`onnxwrapper.backends.qnn._compile.dump_dlc`). Default ``None``: no DLC.
+        input_values: ``{input name: value}`` for the model's control inputs (rank-0 int/bool inputs
+            that decide an ``If``, e.g. silero-vad's ``sr``; required for them).
+        source_model: the model file the artifact stands for, when ``model`` is a rewritten copy of
+            it (static shapes, patches, QDQ: ``aipc compile``); its content hash is recorded instead
+            of ``model``'s. Default: ``model`` itself.
 
     Returns:
         :class:`CompileResult`.
 
     Raises:
-        BackendUnavailableError, BackendOptionError, BackendConfigConflictError (another QNN
-        configuration is active in this process), PartitionError (QNN took no node, or
-        ``strict`` and some node is not on QNN after patching), ArtifactError (output exists; no
-        IR backend library for ``dlc_dir``), ORT's classes for a bad model.
+        BackendUnavailableError, BackendOptionError (missing shapes or control values),
+        PartitionError (QNN took no node, or ``strict`` and some node is not on QNN after
+        patching), BackendCapabilityError (shapes beyond the HTP compiler; fp32 graphs the
+        simulator cannot finalize), BackendCompileError (the compiler process died), ArtifactError
+        (output exists; no IR backend library for ``dlc_dir``), ORT's classes for a bad model.
     """
     availability = QnnBackend.probe()
     if not availability.available:
         raise BackendUnavailableError(f"Backend 'qnn' is not available: {availability.reason}.", backend="qnn",
                                       reason=availability.reason, install_hint=availability.install_hint)
     if (backend_options or {}).get("repairs") is not None:  # a repair recipe, baked in (docs/repair.md)
+        given = model if isinstance(model, (str, os.PathLike)) else None
         return compile_repaired(compile_model, model, output_path, backend_options, input_shapes,
-                                sess_options=sess_options, overwrite=overwrite, dlc_dir=dlc_dir)
+                                sess_options=sess_options, overwrite=overwrite, dlc_dir=dlc_dir,
+                                source_model=source_model if source_model is not None else given)
     config = QnnBackend.validate_options(backend_options or {})
     for key in ("graph", "onnx"):
         if config.get(key) is not None:
@@ -118,18 +135,28 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     label = source.path or "<model bytes>"
     setup = qnn_setup(config, user_qnn_ep_options(sess_options), source, user_so=sess_options, kwargs={},
                       label=label, real_npu=availability.real_npu)
-    proto = source.load_proto()
-    dynamic = dynamic_inputs(proto)
+    original = source.load_proto()
+    dynamic = dynamic_inputs(original)
+    control = control_inputs(original)
     shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+    values = {k: control_value(v) for k, v in (input_values or {}).items()}
     missing = [name for name in dynamic if name not in shapes]
     if missing:
         raise BackendOptionError(f"Inputs {missing} have dynamic dims {[dynamic[n] for n in missing]}: pass their "
                                  f"static shapes in input_shapes to compile a specialization.", backend="qnn")
-    if shapes:
-        proto = specialize(proto, shapes)
-        model_input = proto.SerializeToString()
-    else:
-        model_input = source.path if source.path is not None else source.read_bytes()
+    unbound = [name for name in control if name not in values]
+    if unbound:
+        raise BackendOptionError(f"Inputs {unbound} decide which branch of an If runs: pass their values in "
+                                 f"input_values (e.g. {{'{unbound[0]}': 16000}}) to compile that branch.",
+                                 backend="qnn")
+    signature = Signature(shapes, {k: v for k, v in values.items() if k in control})
+    check_feed_cost(original, dict({n: d for n, d in input_dims(original).items()
+                                    if d is not None and n not in dynamic and n not in control}, **shapes),
+                    setup.settings, label)
+    proto, folded = specialize_for_qnn(original, signature, None, external_data_dir=source.directory)
+    model_input = proto.SerializeToString() if (shapes or folded or signature.values) else (
+        source.path if source.path is not None else source.read_bytes())
+    record = _record(source, source_model, setup, signature)
     output_path = os.path.abspath(os.fspath(output_path))
     folder, ctx_name = os.path.split(output_path)
     bin_target = os.path.join(folder, os.path.splitext(ctx_name)[0] + "_qnn.bin")
@@ -143,8 +170,8 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     os.makedirs(folder, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".onnxwrapper-compile-") as tmp:
         start = time.perf_counter()
-        compiled = EpContextFromOnnx(FolderStore(setup, proto, tmp, ctx_name))(
-            model_input, proto, shapes or None, shapes_note(shapes) if shapes else "")
+        compiled = EpContextFromOnnx(FolderStore(setup, proto, tmp, ctx_name, record=record))(
+            model_input, proto, shapes or None, signature.note(), dict(signature.values) or None)
         seconds = time.perf_counter() - start
         report = compiled.report
         check_partition(report, strict=settings.strict, label=label, warn_key=f"compile:{source.content_hash()}",
@@ -152,8 +179,9 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         dlc_paths, dlc_seconds = [], 0.0
         if dlc_dir:
             start = time.perf_counter()
-            written = dump_dlc(compiled.meta["model_input"], os.path.join(tmp, "dlc"), sess_options,
-                               settings.ep_options, setup.devices, external_data_dir=source.directory)
+            request = compile_request(setup, proto, compiled.meta["model_input"], os.path.join(tmp, "dlc"),
+                                      record=None, kind="dlc")
+            written = default_pool().run(request)["dlc"]
             os.makedirs(dlc_dir, exist_ok=True)
             for old in old_dlcs:
                 os.remove(old)
@@ -171,3 +199,19 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
                          os.path.getsize(bin_path) if bin_path else 0, report, seconds,
                          dict(settings.ep_options), shapes or None, qnn_versions(), tuple(compiled.records),
                          tuple(dlc_paths), dlc_seconds)
+
+
+def _record(source, source_model, setup, signature) -> dict:
+    """The provenance record: the hash of ``source_model`` (or of the model compiled), and the shapes of
+    that model's dynamic inputs as compiled."""
+    origin = ModelSource.from_arg(source_model) if source_model is not None else source
+    shapes = dict(signature.shapes)
+    if source_model is not None:
+        original = origin.load_proto()
+        compiled_dims = input_dims(source.load_proto())
+        shapes = {name: tuple(compiled_dims[name]) for name in dynamic_inputs(original)
+                  if compiled_dims.get(name) and all(isinstance(d, int) for d in compiled_dims[name])}
+    name = os.path.basename(origin.path) if origin.path is not None else None
+    return make_record(source_sha256=origin.content_hash(), source_name=name,
+                       qnn_options=setup.settings.compile_options(), shapes=shapes or None,
+                       values=dict(signature.values) or None, versions=dict(qnn_versions(), onnxwrapper=__version__))

@@ -147,17 +147,20 @@ class QnnCpuSession(BackendSession):
         return self.report
 
 
-def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, shapes, note: str):
+def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, shapes, note: str, values=None):
     """Compile with ``compile_epcontext`` (an ``EpContextFromOnnx`` over ``store``, a ``CacheStore``):
     ``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node (remembered in the
-    cache with :class:`NoNodeMemo`, so the next session does not try again)."""
-    key = store.key(shapes, [])
+    cache with :class:`NoNodeMemo`, so the next session does not try again). ``values``: the
+    specialization's bound control-input values, or ``None``."""
+    key = store.key(shapes, [], values)
     memo = NoNodeMemo(store.cache, key, patches)
     # a cache hit (the usual case) costs one stat here; the memo is read only when there is no entry
     known = None if os.path.isdir(store.cache.entry_dir(key)) else memo.known()
     if known is not None:
         return None, known
     try:
+        if values:
+            return compile_epcontext(model_input, proto, shapes, note, values), None
         return compile_epcontext(model_input, proto, shapes, note), None
     except PartitionError as exc:
         if exc.report is None:

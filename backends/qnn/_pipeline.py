@@ -10,8 +10,13 @@ when called:
   partition: compile, patch the nodes the QNN EP left on CPU and compile again
   (:func:`~onnxwrapper.backends.qnn._patching.compile_with_patches`), into an artifact *store*:
   :class:`CacheStore` (the content-addressed compile cache; sessions) or :class:`FolderStore`
-  (a fresh folder; ``compile_model``). Dynamic models are specialized first
-  (:func:`onnxwrapper.kernel.specialize`, one static shape per call).
+  (a fresh folder; ``compile_model``). Dynamic models and models with control flow are
+  specialized first (:func:`onnxwrapper.backends.qnn._specialize.specialize_for_qnn`: shapes, bound
+  control inputs, folded ``If`` nodes).
+
+Every compile is a :class:`~onnxwrapper.backends.qnn._workers.CompileRequest` served by a compile
+worker process (:func:`~onnxwrapper.backends.qnn._workers.default_pool`); a cache hit starts none.
+Each ctx model gets a provenance record (:mod:`onnxwrapper.backends.qnn._provenance`).
 """
 
 from __future__ import annotations
@@ -21,13 +26,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, generate_epcontext
+from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, metadata_model
+from onnxwrapper.backends.qnn._compile_errors import compile_failure
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
-from onnxwrapper.backends.qnn._runtime import copy_session_options
+from onnxwrapper.backends.qnn._provenance import make_record
+from onnxwrapper.backends.qnn._runtime import copy_session_options, qnn_versions, session_options_state
 from onnxwrapper.backends.qnn._settings import QnnSetup
-from onnxwrapper.kernel import ArtifactCache, PartitionReport
+from onnxwrapper.backends.qnn._workers import CompileRequest, default_pool
+from onnxwrapper.kernel import (ArtifactCache, PartitionReport, __version__, make_key, recorded_key,
+                                supplied_external_data)
 
-__all__ = ["CacheStore", "Compiled", "EpContextFromOnnx", "FolderStore"]
+__all__ = ["CacheStore", "Compiled", "EpContextFromOnnx", "FolderStore", "compile_request", "model_key",
+           "session_record"]
 
 
 @dataclass(frozen=True)
@@ -52,37 +62,78 @@ class Compiled:
     meta: Mapping[str, Any]
 
 
+def compile_request(setup: QnnSetup, proto, model_input, out_dir: str, *, record: Mapping[str, Any] | None,
+                    shapes=None, note: str = "", ctx_name: str = "model_ctx.onnx",
+                    kind: str = "epcontext") -> CompileRequest:
+    """The :class:`CompileRequest` of one compile of ``model_input`` (path, bytes, or a zero-argument
+    callable returning bytes) into ``out_dir``.
+
+    Args:
+        setup: the session's :class:`QnnSetup`. proto: the original model (metadata source).
+        record: the provenance record to stamp (:func:`~onnxwrapper.backends.qnn._provenance.make_record`).
+        shapes: the specialization shapes (for error messages). kind: ``"epcontext"`` or ``"dlc"``.
+    """
+    data = model_input() if callable(model_input) else model_input
+    settings = setup.settings
+    return CompileRequest(data, out_dir, dict(settings.ep_options), session_options_state(setup.user_so),
+                          metadata_model(proto).SerializeToString(), setup.source.directory, ctx_name,
+                          dict(setup.kwargs), note, setup.label, dict(shapes) if shapes else None,
+                          dict(record) if record else None, kind)
+
+
+def model_key(source, user_so) -> str:
+    """Content hash of the model (+ external data) and of what the user's SessionOptions add to it
+    (recorded initializers, in-memory external data, free-dimension overrides, custom-op libraries):
+    the model identity of a session's cache keys and provenance records."""
+    names, files = supplied_external_data(user_so)
+    content = source.content_hash(names, files)
+    recorded = recorded_key(user_so)
+    return make_key({"model": content, "session_options": recorded}) if recorded else content
+
+
+def session_record(setup: QnnSetup, model_hash: str, shapes=None, values=None) -> dict[str, Any]:
+    """The provenance record of a compile of the session's model (``model_hash``) for a specialization."""
+    name = os.path.basename(setup.source.path) if setup.source.path is not None else None
+    return make_record(source_sha256=model_hash, source_name=name, qnn_options=setup.settings.compile_options(),
+                       shapes=shapes, values=values, versions=dict(qnn_versions(), onnxwrapper=__version__))
+
+
 class CacheStore:
     """Compiles into the content-addressed compile cache (sessions: compile once per content).
 
     Args:
         setup: the :class:`QnnSetup` (registered). proto: the original ``onnx.ModelProto`` (its
             metadata goes into every ctx model). model_hash: content hash of the model (+ external data).
+        pool: the :class:`~onnxwrapper.backends.qnn._workers.WorkerPool` compiling misses
+            (``None``: the process's :func:`~onnxwrapper.backends.qnn._workers.default_pool`).
     """
 
-    def __init__(self, setup: QnnSetup, proto, model_hash: str) -> None:
+    def __init__(self, setup: QnnSetup, proto, model_hash: str, pool=None) -> None:
         self.setup = setup
         self.proto = proto
+        self.pool = pool
         self.cache = ArtifactCache(setup.settings.cache_dir)
         user_so = setup.user_so
         _copy, self.so_entries = copy_session_options(user_so)
         self.level = int(user_so.graph_optimization_level) if user_so is not None else 99
         self.model_hash = model_hash
 
-    def key(self, shapes: Mapping[str, tuple] | None, records: list) -> str:
-        """The cache key of one compile (model, compile options, shapes, session config, patches)."""
+    def key(self, shapes: Mapping[str, tuple] | None, records: list, values: Mapping[str, Any] | None = None) -> str:
+        """The cache key of one compile (model, compile options, shapes, control values, session config, patches)."""
         return compile_cache_key(self.model_hash, self.setup.settings.compile_options(), shapes, self.so_entries,
-                                 self.level, records)
+                                 self.level, records, values)
 
-    def memo(self, shapes) -> FailureMemo:
+    def memo(self, shapes, values=None) -> FailureMemo:
         """Remembers patched compiles that failed, next to their would-be cache entries."""
-        return FailureMemo(self.cache, lambda records: self.key(shapes, records))
+        return FailureMemo(self.cache, lambda records: self.key(shapes, records, values))
 
-    def build(self, model_input, records: list, shapes, note: str) -> tuple[Compiled, PartitionReport]:
-        s = self.setup
-        entry, ctx, report = cached_compile(self.cache, self.key(shapes, records), model_input, s.user_so,
-                                            s.settings.ep_options, s.devices, original=self.proto,
-                                            external_data_dir=s.source.directory, kwargs=s.kwargs, note=note)
+    def build(self, model_input, records: list, shapes, note: str, values=None) -> tuple[Compiled, PartitionReport]:
+        def build(directory: str):
+            request = compile_request(self.setup, self.proto, model_input, directory, shapes=shapes, note=note,
+                                      record=session_record(self.setup, self.model_hash, shapes, values))
+            return (self.pool or default_pool()).run(request)
+
+        entry, ctx, report = cached_compile(self.cache, self.key(shapes, records, values), build, note=note)
         compiled = Compiled(ctx, report, tuple(records), entry.hit, 0.0 if entry.hit else entry.build_seconds,
                             entry.key, os.path.dirname(ctx), dict(entry.meta))
         return compiled, report
@@ -94,24 +145,26 @@ class FolderStore:
     Args:
         setup: the :class:`QnnSetup` (registered). proto: the original ``onnx.ModelProto``.
         folder: an existing, empty folder. ctx_name: file name of the EPContext model.
+        record: the provenance record stamped into the ctx model, or ``None``.
     """
 
-    def __init__(self, setup: QnnSetup, proto, folder: str, ctx_name: str) -> None:
+    def __init__(self, setup: QnnSetup, proto, folder: str, ctx_name: str,
+                 record: Mapping[str, Any] | None = None) -> None:
         self.setup, self.proto, self.folder, self.ctx_name = setup, proto, folder, ctx_name
+        self.record = record
 
-    def memo(self, shapes) -> None:
+    def memo(self, shapes, values=None) -> None:
         return None
 
-    def build(self, model_input, records: list, shapes, note: str) -> tuple[Compiled, PartitionReport]:
-        s = self.setup
+    def build(self, model_input, records: list, shapes, note: str, values=None) -> tuple[Compiled, PartitionReport]:
         directory = os.path.join(self.folder, str(len(os.listdir(self.folder))))
         os.mkdir(directory)
-        data = model_input() if callable(model_input) else model_input
-        meta = generate_epcontext(data, directory, s.user_so, s.settings.ep_options, s.devices, original=self.proto,
-                                  external_data_dir=s.source.directory, ctx_name=self.ctx_name, note=note)
+        request = compile_request(self.setup, self.proto, model_input, directory, record=self.record, shapes=shapes,
+                                  note=note, ctx_name=self.ctx_name)
+        meta = default_pool().run(request)
         report = PartitionReport.from_dict(meta["partition"])
         compiled = Compiled(os.path.join(directory, self.ctx_name), report, tuple(records), False,
-                            float(meta["compile_seconds"]), None, directory, dict(meta, model_input=data))
+                            float(meta["compile_seconds"]), None, directory, dict(meta, model_input=request.model))
         return compiled, report
 
 
@@ -130,29 +183,39 @@ class EpContextFromOnnx:
     def __init__(self, store) -> None:
         self.store = store
 
-    def __call__(self, model_input, proto, shapes: Mapping[str, tuple] | None = None, note: str = "") -> Compiled:
+    def __call__(self, model_input, proto, shapes: Mapping[str, tuple] | None = None, note: str = "",
+                 values: Mapping[str, Any] | None = None) -> Compiled:
         """Compile ``model_input`` (path, bytes, or a callable returning bytes) whose proto is ``proto``.
 
         Args:
             shapes: the specialization shapes (``None`` for a static model as given).
             note: text for logs and the partition report (the model label, plus shapes).
+            values: bound control-input values of the specialization (``None``: none).
 
         Raises:
             PartitionError (QNN took no node, patches cannot help), BackendUnavailableError,
-            BackendConfigConflictError, ORT's errors for the model.
+            BackendCompileError (the compiler process died), BackendCapabilityError (the HTP cannot
+            finalize the graph, e.g. fp32 simulation of unsupported ops), ORT's errors for the model.
         """
         start = time.perf_counter()
         compiled_now: list[float] = []
 
         def compile_fn(model_in, records):
-            compiled, report = self.store.build(model_in, records, shapes, note)
+            compiled, report = self.store.build(model_in, records, shapes, note, values)
             if not compiled.reused:
                 compiled_now.append(compiled.seconds)
             return compiled, report
 
-        compiled, report, records = compile_with_patches(compile_fn, model_input, proto,
-                                                         self.store.setup.settings.disabled_patches(),
-                                                         label=note, memo=self.store.memo(shapes))
+        settings = self.store.setup.settings
+        try:
+            compiled, report, records = compile_with_patches(compile_fn, model_input, proto,
+                                                             settings.disabled_patches(), label=note,
+                                                             memo=self.store.memo(shapes, values))
+        except Exception as exc:  # noqa: BLE001 - mapped to a typed error where one says more than ORT's
+            mapped = compile_failure(exc, settings, proto, note)
+            if mapped is None:
+                raise
+            raise mapped from exc
         seconds = sum(compiled_now) if compiled_now and not compiled.reused else time.perf_counter() - start
         return Compiled(compiled.ctx_path, report, tuple(records), compiled.reused, seconds, compiled.key,
                         compiled.directory, compiled.meta)

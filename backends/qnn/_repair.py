@@ -174,7 +174,7 @@ def refuse_for_artifact(config: Mapping[str, Any], what: str) -> None:
 
 def repaired_step(plan: RepairPlan, setup, content_hash: str):
     """The compile step of a repaired session, called like ``EpContextFromOnnx``:
-    ``step(model_input, proto, shapes=None, note="") -> Compiled``. Without CPU subgraphs it is the
+    ``step(model_input, proto, shapes=None, note="", values=None) -> Compiled``. Without CPU subgraphs it is the
     normal pipeline on the rewritten model under the repaired cache identity
     (:meth:`RepairPlan.model_hash`); with them, the split-compile-assemble step of
     :mod:`onnxwrapper.backends.qnn._stitch`. Either way the report lists the recipe's rewrites."""
@@ -184,6 +184,11 @@ def repaired_step(plan: RepairPlan, setup, content_hash: str):
     inner = (StitchedEpContext(setup, plan.cpu_nodes, key) if plan.cpu_nodes
              else EpContextFromOnnx(CacheStore(setup, plan.proto, key)))
 
-    def step(model_input, proto, shapes=None, note=""):
+    def step(model_input, proto, shapes=None, note="", values=None):
+        if values:  # bound control inputs (a specialization of a model with If nodes): the normal pipeline only
+            if plan.cpu_nodes:
+                raise RecipeError("A repair recipe with CPU subgraphs cannot be combined with control inputs that "
+                                  "decide an If; use a recipe without CPU subgraphs for this model.")
+            return with_recipe_records(inner(model_input, proto, shapes, note, values), plan)
         return with_recipe_records(inner(model_input, proto, shapes, note), plan)
     return step

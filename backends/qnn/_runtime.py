@@ -13,9 +13,14 @@ Facts this module is built on (onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0, x86-6
   libnative_tls.conf …"`` on **stdout** (native code, file descriptor 1). :func:`native_stdout_guard`
   redirects fd 1 into a temporary file around the first QNN session creation only, drops that
   line and writes everything else back to fd 1, so a script's stdout is the same as on CPU.
-* The simulator's configuration is process-global: a session without ``soc_model`` inherits the
-  last explicit one. :func:`claim_config` therefore pins the first configuration and refuses a
-  different one with :class:`~onnxwrapper.errors.BackendConfigConflictError`.
+* The simulator's ``soc_model`` is sticky: a session *without* ``soc_model`` inherits the last
+  explicit one of the process (measured). Every QNN session onnxwrapper creates therefore passes
+  an explicit ``soc_model`` (:mod:`onnxwrapper.backends.qnn._settings`); compiles run in a worker
+  process whose configuration is exactly the requested one (:mod:`onnxwrapper.backends.qnn._workers`),
+  and loading a compiled context does not depend on the process configuration (measured: its
+  numerics are fixed at compile time). Nothing is pinned per process.
+* ``SessionOptions`` cannot be pickled: :func:`session_options_state` reads what can be read back
+  into a plain dict (what a compile worker needs), :func:`session_options_from_state` rebuilds it.
 """
 
 from __future__ import annotations
@@ -27,14 +32,13 @@ import platform
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
-from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError
-from onnxwrapper.kernel import replay_calls
+from onnxwrapper.errors import BackendUnavailableError
+from onnxwrapper.kernel import RecordingSessionOptions, recorded_calls, replay_calls
 
-__all__ = ["EP_NAME", "INSTALL_HINT", "QnnProcessConfig", "qnn_versions", "is_x86_host", "ensure_registered",
-           "claim_config", "active_config", "native_stdout_guard", "copy_session_options", "user_qnn_ep_options"]
+__all__ = ["EP_NAME", "INSTALL_HINT", "qnn_versions", "is_x86_host", "ensure_registered", "native_stdout_guard",
+           "copy_session_options", "session_options_state", "session_options_from_state", "user_qnn_ep_options"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -44,7 +48,6 @@ _LIBNATIVE_MARK = b"# LIBNATIVE:"
 
 _lock = threading.RLock()
 _registered = False
-_active: tuple["QnnProcessConfig", str] | None = None
 _stdout_done = False
 
 
@@ -98,56 +101,6 @@ def ensure_registered() -> list:
         raise BackendUnavailableError("The QNN execution provider is registered but reports no device.",
                                       backend="qnn", reason="no QNN device", install_hint="")
     return devices
-
-
-@dataclass(frozen=True)
-class QnnProcessConfig:
-    """The QNN configuration that is global to a process once initialised.
-
-    Attributes:
-        soc_model: QNN SoC model passed to the EP, ``None`` when not passed (simulator default).
-        htp_arch: Hexagon architecture passed to the EP, or ``None``.
-        precision: ``"fp16"`` or ``"fp32"`` — the math the HTP (simulator) uses.
-    """
-
-    soc_model: int | None
-    htp_arch: int | None
-    precision: str
-
-    def describe(self) -> str:
-        """E.g. ``"soc_model=60, htp_arch=73, precision=fp16"``."""
-        return f"soc_model={self.soc_model}, htp_arch={self.htp_arch}, precision={self.precision}"
-
-
-def claim_config(config: QnnProcessConfig, model: str) -> None:
-    """Pin ``config`` as this process's QNN configuration, or check it equals the pinned one.
-
-    Args:
-        config: what the new session needs. model: its model name, for the error message.
-
-    Raises:
-        BackendConfigConflictError: another configuration is already initialised here.
-    """
-    global _active
-    with _lock:
-        if _active is None:
-            _active = (config, model)
-            _log.debug("onnxwrapper qnn: process configuration %s (first used by %s)", config.describe(), model)
-            return
-        pinned, first = _active
-    if pinned != config:
-        raise BackendConfigConflictError(
-            f"The QNN backend of this process is already initialised with {pinned.describe()} (by {first}); "
-            f"the session for {model} asks for {config.describe()}. The QNN HTP configuration is process-global "
-            f"(a session without soc_model even inherits the last explicit one), so mixing them would silently "
-            f"give the wrong numerics. Run the second configuration in a separate process (`aipc diff` runs each "
-            f"backend in its own process).", backend="qnn", active=pinned, requested=config)
-
-
-def active_config() -> QnnProcessConfig | None:
-    """The pinned configuration of this process, or ``None`` before the first QNN session."""
-    with _lock:
-        return _active[0] if _active else None
 
 
 def _fflush_all() -> None:
@@ -248,6 +201,85 @@ def _config_entry(so, key: str) -> str | None:
         return so.get_session_config_entry(key)
     except RuntimeError:  # "SessionOptions does not have configuration with key: …"
         return None
+
+
+def session_options_state(user) -> dict[str, Any]:
+    """What can be read back from ``user`` (an ``onnxruntime.SessionOptions`` or ``None``), as plain data.
+
+    Returns:
+        ``{"attributes": {name: value}, "configs": {key: value}, "calls": [(method, args)]}`` — the
+        attributes in ``_ATTRIBUTES``, the documented config entries in ``_CONFIG_KEYS`` that are set
+        (enums as ints) and the recorded calls (:func:`onnxwrapper.kernel.recorded_calls`) with their
+        ``OrtValue`` arguments as numpy arrays and buffers as bytes. Picklable, so a compile worker
+        can rebuild the options (:func:`session_options_from_state`).
+    """
+    attributes: dict[str, Any] = {}
+    configs: dict[str, str] = {}
+    if user is not None:
+        for name in _ATTRIBUTES:
+            try:
+                value = getattr(user, name)
+            except (AttributeError, TypeError):
+                continue
+            attributes[name] = int(value) if name in _ENUM_ATTRIBUTES else value
+        for key in _CONFIG_KEYS:
+            value = _config_entry(user, key)
+            if value is not None:
+                configs[key] = value
+    calls = [(method, _plain_args(method, args)) for method, args in recorded_calls(user)]
+    return {"attributes": attributes, "configs": configs, "calls": calls}
+
+
+_ENUM_ATTRIBUTES = {"graph_optimization_level": "GraphOptimizationLevel", "execution_mode": "ExecutionMode",
+                    "execution_order": "ExecutionOrder"}
+
+
+def _plain_args(method: str, args: tuple) -> tuple:
+    """The picklable form of a recorded call's arguments (OrtValues → numpy arrays, buffers → bytes)."""
+    if method == "add_initializer":
+        return args[0], args[1].numpy()
+    if method == "add_external_initializers":
+        return list(args[0]), [v.numpy() for v in args[1]]
+    if method == "add_external_initializers_from_files_in_memory":
+        return list(args[0]), [bytes(memoryview(b))[:int(n)] for b, n in zip(args[1], args[2])], list(args[2])
+    return tuple(args)
+
+
+def _native_args(method: str, args: tuple) -> tuple:
+    """The inverse of :func:`_plain_args` (new OrtValues over the arrays)."""
+    import onnxruntime
+
+    if method == "add_initializer":
+        return args[0], onnxruntime.OrtValue.ortvalue_from_numpy(args[1])
+    if method == "add_external_initializers":
+        return args[0], [onnxruntime.OrtValue.ortvalue_from_numpy(v) for v in args[1]]
+    return tuple(args)
+
+
+def session_options_from_state(state: Mapping[str, Any] | None):
+    """A new ``SessionOptions`` (:class:`onnxwrapper.kernel.RecordingSessionOptions`, so that copies
+    replay the calls) from :func:`session_options_state`'s dict (``None``: defaults).
+
+    Without a chosen log severity (``-1``) the options use 3 (errors only), keeping the QNN EP's two
+    warning lines per session off stderr.
+    """
+    import onnxruntime
+
+    so = RecordingSessionOptions()
+    for name, value in (state or {}).get("attributes", {}).items():
+        if name in _ENUM_ATTRIBUTES:
+            value = getattr(onnxruntime, _ENUM_ATTRIBUTES[name])(value)
+        try:
+            setattr(so, name, value)
+        except (AttributeError, TypeError):
+            continue
+    for key, value in (state or {}).get("configs", {}).items():
+        so.add_session_config_entry(key, value)
+    for method, args in (state or {}).get("calls", ()):
+        getattr(so, method)(*_native_args(method, args))
+    if so.log_severity_level == -1:
+        so.log_severity_level = 3
+    return so
 
 
 def copy_session_options(user, *, skip_recorded=()):

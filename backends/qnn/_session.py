@@ -32,13 +32,14 @@ from typing import Any, Callable, Mapping
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
 from onnxwrapper.backends.qnn._assignment import assigned_subgraphs, require_assignment_enabled
-from onnxwrapper.backends.qnn._compile import qnn_creation_guard
+from onnxwrapper.backends.qnn._compile import ort_session_class, qnn_creation_guard
 from onnxwrapper.backends.qnn._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn._runtime import EP_NAME
+from onnxwrapper.backends.qnn._specialize import signature_of
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
-from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, shapes_note, user_stacklevel
+from onnxwrapper.kernel import NonFiniteInputCheck, PartialOffloadWarning, PartitionReport, user_stacklevel
 
-__all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition"]
+__all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition", "nonfinite_check"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _warned: set[str] = set()
@@ -51,8 +52,9 @@ class ArtifactInfo:
 
     Attributes:
         origin: ``"compiled"`` (compiled now, into the cache), ``"cache"`` (cache hit),
-            ``"precompiled"`` (an artifact next to the model) or ``"cpu"`` (the QNN EP took no node:
-            ORT's CPU session of the model runs it; ``ctx_path`` empty).
+            ``"precompiled"`` (an artifact next to the model), ``"cpu"`` (the QNN EP took no node:
+            ORT's CPU session of the model runs it; ``ctx_path`` empty) or ``"jit"`` (compiled by ORT
+            in this process, not cached: a graph with control flow whose EPContext model ORT cannot write).
         ctx_path: the EPContext model loaded. shapes: specialization shapes, ``None`` for static models.
         seconds: compile time (``"compiled"``) or lookup + load time (others), in seconds.
         key: cache key, when cached.
@@ -63,6 +65,14 @@ class ArtifactInfo:
     shapes: Mapping[str, tuple] | None = None
     seconds: float = 0.0
     key: str | None = None
+
+
+def nonfinite_check(settings, label: str) -> NonFiniteInputCheck | None:
+    """The once-per-session NaN/±Inf feed check of a session computing in FP16 (every target but
+    ``precision='fp32'``, which gets ``None``): the HTP turns such inputs into large finite values."""
+    if settings.precision == "fp32":
+        return None
+    return NonFiniteInputCheck(label, "the QNN HTP in FP16", "131008")
 
 
 def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_key: str,
@@ -131,11 +141,13 @@ class QnnStaticSession(BackendSession):
         model_meta: metadata object to report instead of the artifact's (precompiled ctx models
             that lack the original metadata), or ``None``. user_so: the user's ``SessionOptions``
             (whether ``get_provider_graph_assignment_info()`` is enabled).
+        nonfinite_check: a :class:`~onnxwrapper.kernel.NonFiniteInputCheck` the façade calls with
+            each feed until it has warned (FP16 targets), or ``None``.
     """
 
     def __init__(self, ctx_path: str, sess_options, kwargs: Mapping[str, Any], *, report: PartitionReport | None,
                  strict: bool, label: str, warn_key: str, artifact: ArtifactInfo, model_meta=None,
-                 user_so=None, guard=qnn_creation_guard) -> None:
+                 user_so=None, guard=qnn_creation_guard, nonfinite_check=None) -> None:
         self.ort_args = OrtSessionArgs(ctx_path, sess_options, None, None, dict(kwargs, enable_fallback=0),
                                        guard=guard, read_assignment=report is None)
         self.report = report
@@ -145,17 +157,18 @@ class QnnStaticSession(BackendSession):
         self.artifacts = [artifact]
         self.model_meta = model_meta
         self.user_so = user_so
+        self.nonfinite_check = nonfinite_check
 
     def describe(self) -> SessionDescription:
         """ORT's session of the EPContext model; a precompiled one's assignment is read back (:meth:`loaded`)."""
-        return SessionDescription(ort=self.ort_args)
+        return SessionDescription(ort=self.ort_args, feed_check=self.nonfinite_check)
 
     def loaded(self, graph_assignment) -> None:
         """Read the partition of a precompiled artifact; refuse a session QNN took no node of;
         warn once (or raise under ``strict``) when nodes run on CPU."""
         if self.report is None:
-            self.report = PartitionReport.from_assignment(graph_assignment, EP_NAME, source="artifact",
-                                                          note=self.label)
+            source = "compile" if self.artifacts[0].origin == "jit" else "artifact"  # jit: compiled by ORT now
+            self.report = PartitionReport.from_assignment(graph_assignment, EP_NAME, source=source, note=self.label)
         if self.report.target_nodes == 0:
             raise PartitionError(f"The QNN execution provider took no node of {self.label}: {self.report.summary()}.",
                                  backend="qnn", cpu_nodes=self.report.cpu_nodes)
@@ -200,15 +213,24 @@ class QnnDynamicSession(BackendSession):
         ep_options: QNN EP options (reported by ``get_provider_options()``).
         max_specializations: LRU bound of live specialization sessions (≥ 1).
         strict, label, warn_key, user_so: as :class:`QnnStaticSession`.
+        control_names: control inputs (rank-0 inputs that decide an ``If``); their values are part
+            of a specialization's signature and they are not fed to it (it holds them as constants).
+        nonfinite_check: called with each feed until it has warned (FP16 targets), or ``None``.
+
+    A feed with a dim of size 0 is not compiled: it runs on a CPU session of the original model
+    (created on first use), as plain ORT returns empty outputs for it.
     """
 
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
-                 warn_key: str, user_so=None) -> None:
+                 warn_key: str, user_so=None, control_names=(), nonfinite_check=None) -> None:
         # no providers: ORT's default CPU EP (a user's session.disable_cpu_ep_fallback=1 then fails as
         # with ORT + QNN EP, which takes no node of a symbolic model)
         self.ort_args = OrtSessionArgs(model, meta_options, None, None, dict(kwargs, enable_fallback=0))
         self._build = build
+        self.control_names = tuple(control_names)
+        self.nonfinite_check = nonfinite_check
+        self._empty_session = None
         self.dynamic_names = tuple(dynamic_names)
         self.ep_options = dict(ep_options)
         self.max_specializations = max(1, int(max_specializations))
@@ -256,25 +278,27 @@ class QnnDynamicSession(BackendSession):
         """Release the live specialization sessions (their artifacts stay in the disk cache)."""
         with self._lock:
             self._live.clear()
+            self._empty_session = None
 
     # -- specializations -------------------------------------------------------------------------
-    def _specialization(self, shapes: dict[str, tuple]) -> _Specialization:
-        key = tuple(sorted(shapes.items()))
+    def _specialization(self, signature, feed=None) -> _Specialization:
+        key = signature.key
         spec = self._live.get(key)
         if spec is not None and self._latest is spec.report:
-            return spec  # the hot path: the same shapes as the previous run
+            return spec  # the hot path: the same signature as the previous run
         with self._lock:
             spec = self._live.get(key)
             if spec is not None:
                 self._live.move_to_end(key)
             else:
-                spec = self._add(shapes, key)
+                spec = self._add(signature, feed)
             self._latest = spec.report
             return spec
 
-    def _add(self, shapes: dict[str, tuple], key: tuple) -> _Specialization:
-        ort_session, report, artifact = self._build(shapes)
-        label = f"{self.label} [{shapes_note(shapes)}]"
+    def _add(self, signature, feed) -> _Specialization:
+        key = signature.key
+        ort_session, report, artifact = self._build(signature, feed)
+        label = f"{self.label} [{signature.note()}]"
         if report.target_nodes == 0:  # the build gave ORT's CPU session of the model
             no_node_policy(report, strict=self.strict, label=label, warn_key=self.warn_key)
         else:
@@ -282,37 +306,65 @@ class QnnDynamicSession(BackendSession):
         spec = _Specialization(ort_session, report, artifact)
         self.artifacts.append(artifact)
         self._live[key] = spec
-        _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live", shapes_note(shapes),
+        _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live", signature.note(),
                   self.label, artifact.origin, artifact.seconds, len(self._live))
         while len(self._live) > self.max_specializations:
-            old, _dropped = self._live.popitem(last=False)
-            _log.info("onnxwrapper qnn: released specialization %s of %s (max_specializations=%d; it stays "
-                      "in the disk cache)", shapes_note(dict(old)), self.label, self.max_specializations)
+            self._live.popitem(last=False)
+            _log.info("onnxwrapper qnn: released a specialization of %s (max_specializations=%d; it stays "
+                      "in the disk cache)", self.label, self.max_specializations)
         return spec
 
-    def _shapes(self, shapes_of: Mapping[str, tuple]) -> dict[str, tuple]:
-        return {name: tuple(int(d) for d in shapes_of[name]) for name in self.dynamic_names if name in shapes_of}
+    def _route(self, feed: Mapping[str, Any], shape_of) -> tuple[Any, Mapping[str, Any]]:
+        """``(ORT session to run, feed for it)``: the specialization of the feed's signature (control
+        inputs dropped from the feed), or the CPU session of the original model for an empty dim."""
+        if self.nonfinite_check is not None and self.nonfinite_check(feed):
+            self.nonfinite_check = None
+        shapes = {name: shape_of(feed[name]) for name in self.dynamic_names if name in feed}
+        if any(0 in shape for shape in shapes.values()):
+            return self._empty(), feed
+        signature = signature_of(shapes, feed, self.dynamic_names, self.control_names)
+        spec = self._specialization(signature, feed)
+        if self.control_names:
+            feed = {name: value for name, value in feed.items() if name not in signature.values}
+        return spec.session, feed
+
+    def _empty(self):
+        """A CPU session of the original model (``ORT_DISABLE_ALL``), for feeds with a size-0 dim."""
+        with self._lock:
+            if self._empty_session is None:
+                args = self.ort_args
+                self._empty_session = ort_session_class()(args.path_or_bytes, args.sess_options, args.providers,
+                                                          **dict(args.kwargs))
+            return self._empty_session
 
     # -- run callables (feeds validated by the façade) -----------------------------------------------
     def run(self, output_names, input_feed, run_options=None):
-        """Run the specialization for the feed's shapes (``input_feed`` validated, names resolved)."""
-        spec = self._specialization(self._shapes({n: a.shape for n, a in input_feed.items()}))
-        return spec.session.run(output_names, input_feed, run_options)
+        """Run the specialization for the feed's signature (``input_feed`` validated, names resolved)."""
+        session, feed = self._route(input_feed, _array_shape)
+        return session.run(output_names, feed, run_options)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
-        """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their shapes."""
-        shapes = {n: tuple(v.shape()) for n, v in input_dict_ort_values.items()}
-        spec = self._specialization(self._shapes(shapes))
-        return spec.session.run_with_ort_values(output_names, input_dict_ort_values, run_options)
+        """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their signature."""
+        session, feed = self._route(input_dict_ort_values, _ort_value_shape)
+        return session.run_with_ort_values(output_names, feed, run_options)
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """As ORT's ``run_async``; a missing specialization is compiled first, in the calling thread."""
-        spec = self._specialization(self._shapes({n: a.shape for n, a in input_feed.items()}))
-        return spec.session.run_async(output_names, input_feed, callback, user_data, run_options)
+        session, feed = self._route(input_feed, _array_shape)
+        return session.run_async(output_names, feed, callback, user_data, run_options)
 
     def run_with_iobinding(self, iobinding, run_options=None):
         """Not served: raises :class:`~onnxwrapper.errors.BackendCapabilityError`."""
         raise BackendCapabilityError(
             f"run_with_iobinding() is not supported by backend 'qnn' for {self.label}: the model has dynamic input "
-            f"dims ({', '.join(self.dynamic_names)}), and the QNN backend compiles one static specialization per "
-            f"feed shape at run(). Use run()/run_with_ort_values(), or a model with static shapes.", backend="qnn")
+            f"dims or control inputs ({', '.join(self.dynamic_names + self.control_names)}), and the QNN backend "
+            f"compiles one static specialization per feed shape (and control value) at run(). Use "
+            f"run()/run_with_ort_values(), or a model with static shapes.", backend="qnn")
+
+
+def _array_shape(value) -> tuple:
+    return tuple(int(d) for d in value.shape)
+
+
+def _ort_value_shape(value) -> tuple:
+    return tuple(int(d) for d in value.shape())

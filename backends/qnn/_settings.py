@@ -8,8 +8,12 @@ option, then the typed backend options (``target``, ``soc_model``, ``htp_arch``,
 error, never a silent choice. See :mod:`onnxwrapper.backends.qnn._targets` for the sources.
 
 :func:`qnn_setup` turns them into the :class:`QnnSetup` of one session or ``compile_model`` call:
-settings errors come first; :meth:`QnnSetup.register` then registers the QNN plugin EP and pins
-the process-global configuration.
+settings errors come first; :meth:`QnnSetup.register` then registers the QNN plugin EP.
+
+Every configuration passes an explicit ``soc_model`` to the QNN EP, ``precision="fp32"`` included
+(:data:`~onnxwrapper.backends.qnn._targets.FP32_SOC_MODEL`): the simulator's ``soc_model`` is
+process-global and sticky (a session without one inherits the last explicit one, measured), so an
+explicit value is what keeps a user's own QNN session from changing our numerics.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._patching import disabled_patches
-from onnxwrapper.backends.qnn._runtime import QnnProcessConfig, claim_config, ensure_registered
-from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, RUNTIME_ONLY_EP_OPTIONS,
+from onnxwrapper.backends.qnn._runtime import ensure_registered
+from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, FP32_SOC_MODEL,
+                                               RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
 from onnxwrapper.errors import BackendOptionError
 from onnxwrapper.kernel import ModelSource
@@ -35,7 +40,8 @@ class QnnSettings:
     Attributes:
         target: canonical target name (``"snapdragon-x-elite"``) or ``None``.
         soc_model / htp_arch: values passed to the QNN EP, or ``None`` when not passed.
-        precision: ``"fp16"`` or ``"fp32"`` (fp32: simulator only, no soc_model).
+        precision: ``"fp16"`` or ``"fp32"`` (fp32: simulator only, ``soc_model`` =
+            :data:`~onnxwrapper.backends.qnn._targets.FP32_SOC_MODEL`).
         ep_options: the exact ``{key: str}`` given to ``add_provider_for_devices``.
         strict: refuse any node off the QNN EP. cache_dir: cache root override or ``None``.
         max_specializations: live shape specializations per session (LRU bound).
@@ -46,6 +52,8 @@ class QnnSettings:
         graph: graph name or index inside a raw QNN context binary, or ``None``.
         companion: ONNX model describing a raw context binary given as the model (path), ``False``
             for none, ``None`` for ``<stem>.onnx`` next to it.
+        max_feed_mb: largest logical feed (MiB) a specialization is compiled for
+            (:mod:`onnxwrapper.backends.qnn._feed_limits`).
     """
 
     target: str | None
@@ -60,15 +68,12 @@ class QnnSettings:
     patches: bool | tuple = True
     graph: int | str | None = None
     companion: str | bool | None = None
+    max_feed_mb: int = 1024
 
     def disabled_patches(self) -> tuple[str, ...] | None:
         """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
 
         return disabled_patches(self.patches)
-
-    def process_config(self) -> QnnProcessConfig:
-        """The part of the settings that is global to the process."""
-        return QnnProcessConfig(self.soc_model, self.htp_arch, self.precision)
 
     def compile_options(self) -> dict[str, str]:
         """EP options that shape the compiled context (cache-key part): all but runtime-only ones."""
@@ -131,11 +136,12 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                 "precision='fp32' is only available on the x86-64 HTP simulator: on a Snapdragon device the HTP runs "
                 "float32 graphs with FP16 math (QNN HTP backend docs). Use precision='fp16' (the default).",
                 backend="qnn")
-        if soc is not None or fp16_flag is not None:
+        if (soc is not None and soc >= FP16_MIN_SOC_MODEL) or fp16_flag is not None:
             raise BackendOptionError(
-                "precision='fp32' cannot be combined with soc_model or enable_htp_fp16_precision: the simulator "
-                "computes in fp32 only when no soc_model is given (measured). Drop soc_model (a target still sets "
-                "htp_arch).", backend="qnn")
+                f"precision='fp32' cannot be combined with soc_model >= {FP16_MIN_SOC_MODEL} or "
+                f"enable_htp_fp16_precision: the simulator computes in FP16 for those (measured). Drop soc_model "
+                f"(a target still sets htp_arch).", backend="qnn")
+        soc = FP32_SOC_MODEL if soc is None else soc
         if arch is None and target is not None:
             arch = target.htp_arch
     else:
@@ -181,7 +187,7 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        cache_dir=config.get("cache_dir"),
                        max_specializations=int(config.get("max_specializations") or 8),
                        real_npu=real_npu, patches=config.get("patches", True), graph=config.get("graph"),
-                       companion=config.get("onnx"))
+                       companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024))
 
 
 @dataclass(frozen=True)
@@ -203,13 +209,12 @@ class QnnSetup:
     devices: list = field(default_factory=list)
 
     def register(self) -> "QnnSetup":
-        """Register the QNN plugin EP and pin the process-global configuration; a copy with the devices.
+        """Register the QNN plugin EP (once per process); a copy with the devices.
 
         Raises:
-            BackendUnavailableError, BackendConfigConflictError.
+            BackendUnavailableError: onnxruntime-qnn cannot be loaded or reports no device.
         """
         devices = ensure_registered()
-        claim_config(self.settings.process_config(), self.label)
         return QnnSetup(self.source, self.settings, self.user_so, self.kwargs, self.label, devices)
 
 

@@ -175,13 +175,14 @@ class StitchedEpContext:
 
 
 def compile_repaired(compile_model, model, output_path, backend_options, input_shapes, *, sess_options,
-                     overwrite: bool, dlc_dir):
+                     overwrite: bool, dlc_dir, source_model=None):
     """``compile_model`` with the ``repairs`` option: the recipe baked into the written EPContext model.
 
     Without CPU subgraphs the rewritten model is compiled as usual; with them, each NPU part is
     compiled and the parts are assembled into ``output_path`` with one context binary per part
     (``<stem>_qnn.bin`` for the first NPU part, ``<stem>_part<k>_qnn.bin`` for part ``k`` after it).
-    ``CompileResult.patches`` lists the rewrites.
+    ``CompileResult.patches`` lists the rewrites. ``source_model``: the model file the written
+    artifact stands for (its provenance record names it; see ``compile_model``).
 
     Raises:
         RecipeMismatchError, RecipeError: as for sessions. BackendOptionError: dynamic dims left, or
@@ -196,12 +197,12 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
     plan = prepare_repairs({"repairs": option, "strict": options.get("strict")}, source, source.load_proto())
     if plan is None:
         return compile_model(model, output_path, options, input_shapes, sess_options=sess_options,
-                             overwrite=overwrite, dlc_dir=dlc_dir)
+                             overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
     if plan.repaired.precision:
         options["precision"] = plan.repaired.precision
     if not plan.cpu_nodes:
         result = compile_model(plan.proto, output_path, options, input_shapes, sess_options=sess_options,
-                               overwrite=overwrite, dlc_dir=dlc_dir)
+                               overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
         patches = tuple(plan.records) + tuple(result.patches)
         return dataclasses.replace(result, patches=patches, partition=result.partition.with_patches(patches))
     if dlc_dir is not None:

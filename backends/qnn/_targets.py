@@ -19,7 +19,11 @@ Sources of the numbers:
   running float32 networks using float16 math on select Qualcomm SoCs", QNN HTP backend docs).
   The x86-64 simulator of onnxruntime-qnn computes in fp32 unless ``soc_model`` ≥ 36 is given,
   then it emulates the FP16 math (measured). So ``precision="fp32"`` is allowed only on the
-  simulator, where it means "no soc_model": a numerics reference, not a device mode.
+  simulator, where it means ``soc_model=30``: ``QNN_SOC_MODEL_SM8350`` (``QnnTypes.h``), the
+  documented default of ``QNN_HTP_DEVICE_CONFIG_OPTION_SOC`` and what the simulator computes with
+  when none is given — passed explicitly, because a session without ``soc_model`` inherits the last
+  explicit one of the process (measured: after a ``soc_model=60`` session, ``soc_model=30`` still
+  gives fp32 numerics, no ``soc_model`` gives FP16). A numerics reference, not a device mode.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendOptionError
 
 __all__ = ["SocTarget", "TARGETS", "HTP_ARCHS", "PERFORMANCE_MODES", "CONTEXT_PRIORITIES", "PROFILING_LEVELS",
-           "FP16_MIN_SOC_MODEL", "DEFAULT_SIMULATOR_TARGET", "RUNTIME_ONLY_EP_OPTIONS", "find_target",
-           "convert_target", "convert_soc_model", "convert_htp_arch", "convert_bool", "convert_choice",
+           "FP16_MIN_SOC_MODEL", "FP32_SOC_MODEL", "DEFAULT_SIMULATOR_TARGET", "RUNTIME_ONLY_EP_OPTIONS",
+           "find_target", "convert_target", "convert_soc_model", "convert_htp_arch", "convert_bool", "convert_choice",
            "convert_positive_int", "convert_provider_options", "validate_ep_options"]
 
 
@@ -69,6 +73,8 @@ TARGETS: dict[str, SocTarget] = {t.name: t for t in (
 DEFAULT_SIMULATOR_TARGET = "snapdragon-x-elite"
 #: smallest soc_model for which the simulator emulates FP16 (measured: 30 → fp32, 36 → fp16)
 FP16_MIN_SOC_MODEL = 36
+#: soc_model of ``precision="fp32"`` on the simulator: QNN_SOC_MODEL_SM8350 (QnnTypes.h), the HTP default
+FP32_SOC_MODEL = 30
 #: htp_arch values the QNN EP accepts (ORT QNN EP docs list 68/69/73/75; 79/81 measured accepted)
 HTP_ARCHS = (68, 69, 73, 75, 79, 81)
 #: ORT QNN EP docs, option ``htp_performance_mode``

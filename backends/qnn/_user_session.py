@@ -12,6 +12,8 @@ default-logger callback — must look like ORT + QNN EP's instead:
   as ORT + QNN EP does (measured on onnxruntime 1.32.0), and writes the file for a CPU session.
 * :func:`static_session` — the :class:`~onnxwrapper.backends.qnn._session.QnnStaticSession` of an
   EPContext model with such options and guard.
+* :func:`user_session_options` — the ``sess_options`` argument as ORT takes it (falsy = none;
+  another type: ORT's own ``TypeError``).
 * :func:`quiet_qnn_warnings` — the QNN EP prints two W-level lines on stderr for every session
   (onnxruntime-qnn 2.7.0 on x86-64: "File mapped weights feature is only available on Windows
   arm64 …" and "EPContext encryption config unavailable …"). When the user left the log severity
@@ -29,10 +31,13 @@ import tempfile
 import threading
 from typing import Iterator
 
-from onnxwrapper.backends.qnn._compile import build_session_options, qnn_creation_guard
-from onnxwrapper.backends.qnn._session import QnnStaticSession
+import onnxruntime
 
-__all__ = ["BAKED_IN", "QNN_NOISE", "quiet_qnn_warnings", "static_session", "user_facing_options", "user_session_guard"]
+from onnxwrapper.backends.qnn._compile import build_session_options, qnn_creation_guard
+from onnxwrapper.backends.qnn._session import QnnStaticSession, nonfinite_check
+
+__all__ = ["BAKED_IN", "QNN_NOISE", "quiet_qnn_warnings", "static_session", "user_facing_options", "user_session_guard",
+           "user_session_options"]
 
 #: markers of the W-level lines the QNN EP prints for every session (onnxruntime-qnn 2.7.0)
 QNN_NOISE = (b"File mapped weights feature is only available", b"EPContext encryption config unavailable")
@@ -134,11 +139,29 @@ def static_session(setup, ctx, configs, report, info, warn_key: str, model_meta=
 
     Session options: a copy of the user's (the recorded calls whose data the ctx model holds are not
     replayed: :data:`BAKED_IN`), ``configs``, the QNN EP, then :func:`user_facing_options`; the
-    guard is :func:`user_session_guard`.
+    guard is :func:`user_session_guard`; FP16 targets check feeds for NaN/±Inf until the first
+    warning (:func:`~onnxwrapper.backends.qnn._session.nonfinite_check`).
     """
     so = build_session_options(setup.user_so, setup.settings.ep_options, setup.devices, configs,
                                skip_recorded=BAKED_IN)
     user_facing_options(so, setup.user_so)
     return QnnStaticSession(ctx, so, setup.kwargs, report=report, strict=setup.settings.strict, label=setup.label,
                             warn_key=warn_key, artifact=info, model_meta=model_meta, user_so=setup.user_so,
-                            guard=user_session_guard(setup.user_so))
+                            guard=user_session_guard(setup.user_so),
+                            nonfinite_check=nonfinite_check(setup.settings, setup.label))
+
+
+def user_session_options(request):
+    """The user's ``SessionOptions`` as ORT takes them: a falsy value means none (ORT: ``if
+    sess_options``); anything else that is not a ``SessionOptions`` raises ORT's own ``TypeError``
+    (its constructor's "incompatible constructor arguments")."""
+    so = request.sess_options
+    if not so:
+        return None
+    if not isinstance(so, onnxruntime.SessionOptions):
+        from onnxruntime.capi import _pybind_state as C
+
+        path = request.model_path
+        C.InferenceSession(so, path if path is not None else request.path_or_bytes, path is not None, False)
+        raise TypeError(f"sess_options must be an onnxruntime.SessionOptions, got {type(so).__name__}")
+    return so

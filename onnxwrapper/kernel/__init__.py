@@ -17,6 +17,10 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :class:`ModelMetadataInfo`, :func:`node_args_from_onnx`, :func:`modelmeta_from_onnx`;
 * shapes — :func:`input_dims`, :func:`dynamic_inputs`, :func:`is_static`, :func:`specialize`,
   :func:`shapes_note`;
+* control flow — :func:`control_scalars`, :func:`has_control_flow`, :func:`bind_inputs`,
+  :func:`fold_ifs` (``If`` nodes a specialization decides, folded before compiling);
+* non-finite feeds — :class:`NonFiniteInputWarning`, :class:`NonFiniteInputCheck`,
+  :func:`first_nonfinite`;
 * partitions — :class:`PartitionReport`, :class:`NodeAssignment`, :class:`PartialOffloadWarning`,
   :func:`known_reason`, :func:`user_stacklevel` (warnings attributed to the user's call);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
@@ -30,9 +34,11 @@ from __future__ import annotations
 
 from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
                                        default_cache_dir, make_key)
+from onnxwrapper.kernel._control_flow import control_scalars, has_control_flow
 from onnxwrapper.kernel._feeds import (FeedCheck, check_input, check_output_names, feed_signature, numpy_to_ort_type,
                                        ort_type_to_numpy, validate_feed, validate_ort_values)
 from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
+from onnxwrapper.kernel._if_folding import bind_inputs, fold_ifs
 from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper.kernel._session_options import (RECORDED_METHODS, RecordingSessionOptions, fix_free_dimensions,
                                                  free_dimension_overrides, record_call, recorded_calls, recorded_key,
@@ -40,6 +46,7 @@ from onnxwrapper.kernel._session_options import (RECORDED_METHODS, RecordingSess
 from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_providers
 from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
                                            user_stacklevel)
+from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
 
@@ -54,20 +61,27 @@ __all__ = [
     "ModelSource",
     "NodeArgInfo",
     "NodeAssignment",
+    "NonFiniteInputCheck",
+    "NonFiniteInputWarning",
     "PartialOffloadWarning",
     "PartitionReport",
     "RECORDED_METHODS",
     "RecordingSessionOptions",
     "__version__",
     "assignment_not_enabled_error",
+    "bind_inputs",
     "check_input",
     "check_output_names",
     "check_providers",
+    "control_scalars",
     "default_cache_dir",
     "dynamic_inputs",
     "feed_signature",
+    "first_nonfinite",
     "fix_free_dimensions",
+    "fold_ifs",
     "free_dimension_overrides",
+    "has_control_flow",
     "input_dims",
     "is_static",
     "known_reason",

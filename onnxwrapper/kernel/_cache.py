@@ -22,6 +22,12 @@ manage cache files themselves. Properties:
   ``ONNXWRAPPER_CACHE_MAX_BYTES``); entries locked by another process and the entry just built
   are skipped (an entry just returned is the most recently used one, so it is evicted last).
 
+* **Read-only caches** (a cache shipped inside an application, a read-only mount): when the lock
+  file cannot be created (``EROFS``, ``EACCES``, ``EPERM``) a lookup verifies the entry without a
+  lock (sizes and sha256, as always; nothing can be half-written there by this process) and uses
+  it; a miss builds into a temporary per-process cache instead, with one WARNING (logger
+  ``onnxwrapper.cache``) per cache root; that temporary cache is removed at exit.
+
 Limits: the cache trusts its directory (no protection against a malicious writer with access to
 it); on network file systems without working ``flock`` the single-builder guarantee is lost
 (entries stay consistent because of the atomic rename).
@@ -29,11 +35,14 @@ it); on network file systems without working ``flock`` the single-builder guaran
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
 import json
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -48,6 +57,12 @@ __all__ = ["ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "CacheEntry
            "default_cache_dir", "make_key"]
 
 _log = logging.getLogger("onnxwrapper.cache")
+_READ_ONLY_ERRNOS = {errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+class _ReadOnlyCache(Exception):
+    """The cache root cannot be written (its lock files cannot be created)."""
+
 
 class ArtifactCache:
     """A directory of content-addressed entries (see the module docstring).
@@ -62,6 +77,7 @@ class ArtifactCache:
 
     _verified: dict[tuple[str, str], tuple] = {}
     _verified_lock = threading.Lock()
+    _scratch_caches: dict[str, "ArtifactCache"] = {}
 
     def __init__(self, root: str | os.PathLike | None = None, *, max_bytes: int | None = None,
                  lock_timeout: float = 3600.0) -> None:
@@ -98,6 +114,8 @@ class ArtifactCache:
             lock = self._lock(key)
             lock.acquire()
         except OSError as exc:
+            if exc.errno in _READ_ONLY_ERRNOS:
+                raise _ReadOnlyCache(str(exc)) from exc
             raise ArtifactError(f"The compile cache {self.root} is not usable ({exc}). Point the backend option "
                                 f"'cache_dir' or ${ENV_CACHE_DIR} to a writable directory.", path=self.root) from exc
         except filelock.Timeout as exc:
@@ -111,8 +129,9 @@ class ArtifactCache:
             lock.release()
 
     # -- reading ---------------------------------------------------------------------------------
-    def _read_verified(self, key: str) -> CacheEntry | None:
-        """The entry if present and intact; a corrupt one is logged and removed. Caller holds the lock."""
+    def _read_verified(self, key: str, repair: bool = True) -> CacheEntry | None:
+        """The entry if present and intact; a corrupt one is logged and (``repair``) removed. Caller holds
+        the lock, or the cache is read-only (``repair=False``)."""
         directory = self.entry_dir(key)
         if not os.path.isdir(directory):
             return None
@@ -129,9 +148,10 @@ class ArtifactCache:
         if problem is None:
             problem = self._check_files(key, directory, files)
         if problem is not None:
-            _log.warning("onnxwrapper cache: entry %s in %s is corrupt (%s); removing it, it will be rebuilt",
-                         key[:16], self.root, problem)
-            self._remove_dir(directory)
+            _log.warning("onnxwrapper cache: entry %s in %s is corrupt (%s); %s", key[:16], self.root, problem,
+                         "removing it, it will be rebuilt" if repair else "not using it (the cache is read-only)")
+            if repair:
+                self._remove_dir(directory)
             return None
         return CacheEntry(key, directory, {n: int(i["size"]) for n, i in files.items()}, manifest.get("meta", {}),
                           float(manifest.get("created", 0.0)), True, float(manifest.get("build_seconds", 0.0)))
@@ -169,12 +189,30 @@ class ArtifactCache:
             pass
 
     def lookup(self, key: str) -> CacheEntry | None:
-        """The verified entry for ``key`` (marked as used), or ``None``. Corrupt entries are removed."""
-        with self.hold(key):
-            entry = self._read_verified(key)
-            if entry is not None:
-                self._touch(entry.path)
-            return entry
+        """The verified entry for ``key`` (marked as used), or ``None``. Corrupt entries are removed
+        (left alone in a read-only cache)."""
+        try:
+            with self.hold(key):
+                entry = self._read_verified(key)
+                if entry is not None:
+                    self._touch(entry.path)
+                return entry
+        except _ReadOnlyCache:
+            return self._read_verified(key, repair=False) or self._scratch().lookup(key)
+
+    def _scratch(self) -> "ArtifactCache":
+        """The temporary per-process cache that takes the builds of this read-only cache (warned once)."""
+        with self._verified_lock:
+            scratch = self._scratch_caches.get(self.root)
+            if scratch is None:
+                folder = tempfile.mkdtemp(prefix="onnxwrapper-cache-")
+                atexit.register(shutil.rmtree, folder, True)
+                scratch = self._scratch_caches[self.root] = ArtifactCache(folder, max_bytes=0,
+                                                                          lock_timeout=self.lock_timeout)
+                _log.warning("onnxwrapper cache: %s is read-only; what is not in it is compiled into the temporary "
+                             "cache %s and not kept after this process. Point the backend option 'cache_dir' or $%s "
+                             "to a writable directory to keep it.", self.root, folder, ENV_CACHE_DIR)
+        return scratch
 
     # -- writing ---------------------------------------------------------------------------------
     def get_or_create(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
@@ -193,12 +231,15 @@ class ArtifactCache:
             Whatever ``build`` raises (the temporary directory is removed); ArtifactError on lock
             timeout or when the built entry cannot be moved into place.
         """
-        with self.hold(key):
-            entry = self._read_verified(key)
-            if entry is not None:
-                self._touch(entry.path)
-                return entry
-            entry = self._build(key, build)
+        try:
+            with self.hold(key):
+                entry = self._read_verified(key)
+                if entry is not None:
+                    self._touch(entry.path)
+                    return entry
+                entry = self._build(key, build)
+        except _ReadOnlyCache:
+            return self._read_verified(key, repair=False) or self._scratch().get_or_create(key, build)
         if self.max_bytes:
             self.prune(keep=(key,))
         return entry
@@ -247,13 +288,17 @@ class ArtifactCache:
         shutil.rmtree(trash, ignore_errors=True)
 
     def remove(self, key: str) -> bool:
-        """Delete entry ``key`` (waiting for its lock). Returns True if it existed."""
-        with self.hold(key):
-            directory = self.entry_dir(key)
-            if not os.path.isdir(directory):
-                return False
-            self._remove_dir(directory)
-            return True
+        """Delete entry ``key`` (waiting for its lock). Returns True if it existed (False in a read-only cache)."""
+        try:
+            with self.hold(key):
+                directory = self.entry_dir(key)
+                if not os.path.isdir(directory):
+                    return False
+                self._remove_dir(directory)
+                return True
+        except _ReadOnlyCache:
+            scratch = self._scratch_caches.get(self.root)
+            return scratch.remove(key) if scratch is not None else False
 
     def entries(self) -> list[tuple[str, int, float]]:
         """``(key, size in bytes, last-used time)`` of every entry, least recently used first
@@ -308,10 +353,10 @@ class ArtifactCache:
                 break
             if key in keep:
                 continue
-            lock = self._lock(key, timeout=0)
             try:
+                lock = self._lock(key, timeout=0)
                 lock.acquire()
-            except filelock.Timeout:
+            except (filelock.Timeout, OSError):  # held by another process, or a read-only cache
                 continue
             try:
                 self._remove_dir(self.entry_dir(key))

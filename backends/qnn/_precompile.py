@@ -1,0 +1,116 @@
+"""``precompile``: fill the compile cache for a model's specializations, several at once.
+
+What a session compiles on a cache miss — one specialization per signature (shapes of the dynamic
+inputs, values of the control inputs) — compiled ahead of time, ``jobs`` at a time on a
+:class:`~onnxwrapper.backends.qnn._workers.WorkerPool` of its own, into the cache sessions read
+(``cache_dir`` option, ``$ONNXWRAPPER_CACHE_DIR`` or the platform cache). Later sessions of the
+model with the same options then hit the cache for those signatures: no compile at ``run``. Same
+pipeline as a session's (feed bounds, control-flow folding, patches, provenance records), same keys.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
+from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
+from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn._settings import qnn_setup
+from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, signature_of, specialize_for_qnn
+from onnxwrapper.backends.qnn._workers import WorkerPool
+from onnxwrapper.backends.base import SessionRequest
+from onnxwrapper.errors import BackendUnavailableError
+from onnxwrapper.kernel import ModelSource, dynamic_inputs, input_dims
+
+__all__ = ["PrecompileResult", "precompile"]
+
+
+@dataclass(frozen=True)
+class PrecompileResult:
+    """One signature of :func:`precompile`.
+
+    Attributes:
+        shapes: shapes of the dynamic inputs. values: control-input values.
+        origin: ``"compiled"`` (now) or ``"cache"`` (it was there). seconds: compile time (s).
+        key: the cache key. partition: the :class:`~onnxwrapper.kernel.PartitionReport`.
+    """
+
+    shapes: Mapping[str, tuple]
+    values: Mapping[str, Any]
+    origin: str
+    seconds: float
+    key: str | None
+    partition: Any
+
+
+def _shape(value) -> tuple:
+    if isinstance(value, np.ndarray) or hasattr(value, "dtype"):
+        return tuple(np.shape(value))
+    return tuple(int(d) for d in value)
+
+
+def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: Mapping[str, Any] | None = None,
+               *, sess_options=None, jobs: int = 1) -> list:
+    """Compile ``model``'s specializations for ``signatures`` into the compile cache, ``jobs`` at once.
+
+    Args:
+        model: model path (or bytes) as sessions will open it.
+        signatures: one entry per specialization: a feed (``{input: array}``, e.g. a captured one) or
+            ``{input: shape}`` for every dynamic input, plus ``{control input: value}`` for control
+            inputs. Inputs with static dims may be left out. A static model without control inputs
+            has one specialization (pass ``[{}]``).
+        backend_options / sess_options: as for the sessions that will use the cache (they are part
+            of the cache key).
+        jobs: compile worker processes used at once (≥ 1; each ≈ 180 MiB).
+
+    Returns:
+        One entry per signature, in order: a :class:`PrecompileResult`, or the exception that
+        signature raised (``BackendCapabilityError`` for a feed beyond the HTP compiler,
+        ``BackendCompileError`` for a compiler crash, ORT's errors) — never raised.
+
+    Raises:
+        BackendUnavailableError, BackendOptionError; ORT's errors for a bad model.
+    """
+    availability = QnnBackend.probe()
+    if not availability.available:
+        raise BackendUnavailableError(f"Backend 'qnn' is not available: {availability.reason}.", backend="qnn",
+                                      reason=availability.reason, install_hint=availability.install_hint)
+    config = QnnBackend.validate_options(backend_options or {})
+    source = ModelSource.from_arg(model)
+    proto = source.load_proto()
+    request = SessionRequest(model, sess_options)
+    label = repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
+    setup = qnn_setup(config, request_ep_options(request), source, user_so=sess_options, kwargs={}, label=label,
+                      real_npu=availability.real_npu).register()
+    dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
+    static_dims = {n: d for n, d in input_dims(proto).items() if d is not None and n not in dynamic}
+    pool = WorkerPool(jobs)
+    compile_epcontext = EpContextFromOnnx(CacheStore(setup, proto, source.content_hash(), pool=pool))
+
+    def one(entry: Mapping[str, Any]):
+        try:
+            feed = {k: v for k, v in entry.items() if isinstance(v, np.ndarray)}
+            shapes = {k: _shape(v) for k, v in entry.items() if k not in control}
+            signature = signature_of(shapes, entry, dynamic, control) if (dynamic or control) else Signature({}, {})
+            check_feed_cost(proto, dict(static_dims, **shapes), setup.settings, label)
+            spec, _count = specialize_for_qnn(proto, signature, feed or None, external_data_dir=source.directory)
+            note = f"{label} [{signature.note()}]" if signature.note() else label
+            compiled = compile_epcontext(lambda: spec.SerializeToString(), spec, dict(signature.shapes) or None, note,
+                                         dict(signature.values) or None)
+            return PrecompileResult(dict(signature.shapes), dict(signature.values),
+                                    "cache" if compiled.reused else "compiled", compiled.seconds, compiled.key,
+                                    compiled.report)
+        except Exception as exc:  # noqa: BLE001 - returned per signature
+            return exc
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
+                                                   thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
+            return list(executor.map(one, signatures))
+    finally:
+        pool.close()
