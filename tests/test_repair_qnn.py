@@ -192,9 +192,9 @@ def test_a_precision_recipe_sets_the_backend_precision(tmp_path, pow_model):
         ref = onnxruntime.InferenceSession({str(path)!r}, providers=["CPUExecutionProvider"]).run(None, {{"x": x}})[0]
         s = onnxwrapper.InferenceSession({str(path)!r}, backend="qnn", backend_options={{"repairs": {rfile!r}}})
         opts = s.get_provider_options()["QNNExecutionProvider"]
-        print("soc_model" in opts, float(np.max(np.abs(s.run(None, {{"x": x}})[0] - ref))))
+        print(opts.get("soc_model"), float(np.max(np.abs(s.run(None, {{"x": x}})[0] - ref))))
     """
     proc = run_python(code, env={"PYTHONPATH": os.getcwd()})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    no_soc, err = proc.stdout.split()
-    assert no_soc == "False" and float(err) < 1e-6  # fp32 simulation: no soc_model, exact enough
+    soc, err = proc.stdout.split()
+    assert soc == "30" and float(err) < 1e-6  # fp32 simulation (explicit soc_model=30, SM8350), exact enough

@@ -208,13 +208,14 @@ def generate_epcontext(model, out_dir: str, session_state: Mapping[str, Any] | N
                "session.record_ep_graph_assignment_info": "1"}
     if external_data_dir:
         configs["session.model_external_initializers_file_folder_path"] = external_data_dir
-    so = build_session_options(session_options_from_state(session_state), ep_options, ensure_registered(), configs,
-                               profiling=False)
+    # the rebuilt options hold the OrtValues of replayed add_initializer calls: keep them alive
+    user_so = session_options_from_state(session_state)
+    so = build_session_options(user_so, ep_options, ensure_registered(), configs, profiling=False)
     start = time.perf_counter()
     session = create_qnn_session(model, so, kwargs)
     seconds = time.perf_counter() - start
     report = PartitionReport.from_session(session, EP_NAME, source="compile", note=note)
-    del session
+    del session, user_so
     if report.target_nodes == 0:
         raise PartitionError(
             f"The QNN execution provider took none of the model's {len(report.nodes)} nodes ({report.summary()}): "
@@ -329,11 +330,11 @@ def dump_dlc(model, out_dir: str, session_state: Mapping[str, Any] | None, ep_op
     options = dict(ep_options, dump_qnn_ir_dlc="1", dump_qnn_ir_dlc_dir=out_dir,
                    qnn_ir_backend_path=qnn_ir_backend_path())
     configs = {"session.model_external_initializers_file_folder_path": external_data_dir} if external_data_dir else {}
-    so = build_session_options(session_options_from_state(session_state), options, ensure_registered(), configs,
-                               profiling=False)
+    user_so = session_options_from_state(session_state)  # alive until the session exists (its OrtValues)
+    so = build_session_options(user_so, options, ensure_registered(), configs, profiling=False)
     so.log_severity_level = 4
     session = create_qnn_session(model, so, kwargs)
-    del session
+    del session, user_so
     written = sorted(glob.glob(os.path.join(glob.escape(out_dir), "*.dlc")))
     if not written:
         raise ArtifactError(f"The QNN IR backend wrote no DLC into {out_dir}.", path=out_dir)

@@ -19,13 +19,13 @@ import numpy as np
 
 from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
 from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
-from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
 from onnxwrapper.backends.qnn._settings import qnn_setup
 from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, signature_of, specialize_for_qnn
 from onnxwrapper.backends.qnn._workers import WorkerPool
 from onnxwrapper.backends.base import SessionRequest
-from onnxwrapper.errors import BackendUnavailableError
-from onnxwrapper.kernel import ModelSource, dynamic_inputs, input_dims
+from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
+from onnxwrapper.kernel import ModelSource, dynamic_inputs, fix_free_dimensions, input_dims
 
 __all__ = ["PrecompileResult", "precompile"]
 
@@ -74,15 +74,20 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
         ``BackendCompileError`` for a compiler crash, ORT's errors) — never raised.
 
     Raises:
-        BackendUnavailableError, BackendOptionError; ORT's errors for a bad model.
+        BackendUnavailableError, BackendOptionError (also for the ``repairs`` option); ORT's errors
+        for a bad model.
     """
     availability = QnnBackend.probe()
     if not availability.available:
         raise BackendUnavailableError(f"Backend 'qnn' is not available: {availability.reason}.", backend="qnn",
                                       reason=availability.reason, install_hint=availability.install_hint)
     config = QnnBackend.validate_options(backend_options or {})
+    if config.get("repairs") is not None:
+        raise BackendOptionError("precompile does not apply repair recipes; open a session with the 'repairs' option "
+                                 "to compile a repaired model.", backend="qnn")
     source = ModelSource.from_arg(model)
-    proto = source.load_proto()
+    original = source.load_proto()
+    proto = fix_free_dimensions(original, sess_options)  # the inputs as ORT sees them, as in a session
     request = SessionRequest(model, sess_options)
     label = repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
     setup = qnn_setup(config, request_ep_options(request), source, user_so=sess_options, kwargs={}, label=label,
@@ -90,7 +95,7 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
     dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
     static_dims = {n: d for n, d in input_dims(proto).items() if d is not None and n not in dynamic}
     pool = WorkerPool(jobs)
-    compile_epcontext = EpContextFromOnnx(CacheStore(setup, proto, source.content_hash(), pool=pool))
+    compile_epcontext = EpContextFromOnnx(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
 
     def one(entry: Mapping[str, Any]):
         try:
