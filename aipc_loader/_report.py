@@ -121,7 +121,7 @@ def _placement(session, record: dict) -> str:
             providers = f"<{type(exc).__name__}>"
         return f"no partition yet (recorded at run, e.g. per input shape); providers {providers}"
     try:
-        if report.target_nodes == 0:
+        if report.target_nodes == 0 and report.source != "pending":  # pending: compiled per shape at run
             ops = ", ".join(sorted({n.op_type for n in report.nodes}))
             return (f"runs on CPU: {report.target_ep} took none of its {len(report.nodes)} node(s) ({ops}); "
                     f"--strict refuses such sessions")

@@ -263,3 +263,13 @@ def test_nonfinite_feeds_do_not_warn_in_fp32():
     with warnings.catch_warnings():
         warnings.simplefilter("error", NonFiniteInputWarning)
         session.run(None, {"X": bad})
+
+
+def test_aipc_says_a_dynamic_session_is_compiled_at_run_not_that_it_runs_on_cpu():
+    """The one-line placement of ``aipc -v`` for a dynamic-shape session before its first run (a
+    pending partition report, no nodes yet) is not 'runs on CPU'."""
+    from aipc_loader._report import _placement
+
+    session = onnxwrapper.InferenceSession(models.smallconv(batch="N", seed=53), backend="qnn")
+    line = _placement(session, {"report": session.backend_session.partition()})
+    assert "not compiled yet" in line and "runs on CPU" not in line
