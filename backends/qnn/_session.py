@@ -35,7 +35,7 @@ from onnxwrapper.backends.qnn._assignment import assigned_subgraphs, require_ass
 from onnxwrapper.backends.qnn._compile import ort_session_class, qnn_creation_guard
 from onnxwrapper.backends.qnn._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn._runtime import EP_NAME
-from onnxwrapper.backends.qnn._specialize import signature_of
+from onnxwrapper.backends.qnn._specialize import control_value, signature_of
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
 from onnxwrapper.kernel import NonFiniteInputCheck, PartialOffloadWarning, PartitionReport, user_stacklevel
 
@@ -281,8 +281,7 @@ class QnnDynamicSession(BackendSession):
             self._empty_session = None
 
     # -- specializations -------------------------------------------------------------------------
-    def _specialization(self, signature, feed=None) -> _Specialization:
-        key = signature.key
+    def _specialization(self, key: tuple, shapes: dict, feed) -> _Specialization:
         spec = self._live.get(key)
         if spec is not None and self._latest is spec.report:
             return spec  # the hot path: the same signature as the previous run
@@ -291,12 +290,11 @@ class QnnDynamicSession(BackendSession):
             if spec is not None:
                 self._live.move_to_end(key)
             else:
-                spec = self._add(signature, feed)
+                spec = self._add(key, signature_of(shapes, feed, self.dynamic_names, self.control_names), feed)
             self._latest = spec.report
             return spec
 
-    def _add(self, signature, feed) -> _Specialization:
-        key = signature.key
+    def _add(self, key: tuple, signature, feed) -> _Specialization:
         ort_session, report, artifact = self._build(signature, feed)
         label = f"{self.label} [{signature.note()}]"
         if report.target_nodes == 0:  # the build gave ORT's CPU session of the model
@@ -316,17 +314,21 @@ class QnnDynamicSession(BackendSession):
 
     def _route(self, feed: Mapping[str, Any], shape_of) -> tuple[Any, Mapping[str, Any]]:
         """``(ORT session to run, feed for it)``: the specialization of the feed's signature (control
-        inputs dropped from the feed), or the CPU session of the original model for an empty dim."""
-        if self.nonfinite_check is not None and self.nonfinite_check(feed):
+        inputs dropped from the feed), or the CPU session of the original model for an empty dim.
+        The key is built from plain tuples; the :class:`~onnxwrapper.backends.qnn._specialize.Signature`
+        only on a miss (the hot path costs a few µs)."""
+        check = self.nonfinite_check
+        if check is not None and check(feed):
             self.nonfinite_check = None
         shapes = {name: shape_of(feed[name]) for name in self.dynamic_names if name in feed}
-        if any(0 in shape for shape in shapes.values()):
-            return self._empty(), feed
-        signature = signature_of(shapes, feed, self.dynamic_names, self.control_names)
-        spec = self._specialization(signature, feed)
-        if self.control_names:
-            feed = {name: value for name, value in feed.items() if name not in signature.values}
-        return spec.session, feed
+        for shape in shapes.values():
+            if 0 in shape:
+                return self._empty(), feed
+        if not self.control_names:
+            return self._specialization(tuple(shapes.values()), shapes, feed).session, feed
+        values = tuple(control_value(feed[name]) for name in self.control_names if name in feed)
+        spec = self._specialization((tuple(shapes.values()), values), shapes, feed)
+        return spec.session, {name: value for name, value in feed.items() if name not in self.control_names}
 
     def _empty(self):
         """A CPU session of the original model (``ORT_DISABLE_ALL``), for feeds with a size-0 dim."""
@@ -363,7 +365,7 @@ class QnnDynamicSession(BackendSession):
 
 
 def _array_shape(value) -> tuple:
-    return tuple(int(d) for d in value.shape)
+    return value.shape  # numpy: a tuple of ints already
 
 
 def _ort_value_shape(value) -> tuple:

@@ -41,14 +41,14 @@ def first_nonfinite(feed: Mapping[str, object]) -> tuple[str, int, int, int] | N
         finite (other values — lists, OrtValues, integer arrays — are not checked, nor is a ``feed``
         that is not a mapping).
     """
-    if not isinstance(feed, Mapping):  # not a feed at all: the run itself raises ORT's error for it
+    if type(feed) is not dict and not isinstance(feed, Mapping):  # not a feed: the run raises ORT's error
         return None
     for name, value in feed.items():
-        if not isinstance(value, np.ndarray) or value.dtype.kind != "f" or value.size == 0:
+        if type(value) is not np.ndarray or value.dtype.kind != "f" or value.size == 0:
             continue
-        data = _distinct(value)
+        data = value if 0 not in value.strides else _distinct(value)
         if data.size <= _SMALL:
-            if np.isfinite(data).all():
+            if _isfinite(data).all():
                 continue
         elif np.isfinite(data.min()) and np.isfinite(data.max()):  # no temporary array: NaN propagates
             continue
@@ -59,6 +59,7 @@ def first_nonfinite(feed: Mapping[str, object]) -> tuple[str, int, int, int] | N
 
 
 _SMALL = 1 << 16
+_isfinite = np.isfinite
 
 
 def _distinct(value: np.ndarray) -> np.ndarray:
