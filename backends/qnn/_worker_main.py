@@ -9,6 +9,11 @@ exception)``; EOF on stdin (the parent closed it or died) ends it. The protocol 
 duplicate of file descriptor 1; fd 1 itself is pointed at stderr, so native code printing to
 stdout (the simulator's ``# LIBNATIVE:`` line) cannot corrupt it. SIGINT is ignored: a Ctrl-C is
 the parent's to handle (it then ends the worker).
+
+After its first compile the worker keeps one tiny QNN session alive (:func:`_keep_warm`): while a
+QNN session exists the QNN backend stays initialised, and each later compile is ~45 ms faster
+(measured, light squeezenet: 98 → 57 ms; the options are the first request's, and every compile
+passes its own explicit ``soc_model``, so the tiny session changes nothing else).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import traceback
 from typing import Any
 
 __all__ = ["execute", "encode_error", "decode_error", "serve"]
+
+_warm: list = []
 
 
 def execute(request) -> Any:
@@ -44,6 +51,27 @@ def execute(request) -> Any:
                               original=original, external_data_dir=request.external_data_dir,
                               ctx_name=request.ctx_name, kwargs=request.kwargs, note=request.note,
                               provenance=request.provenance)
+
+
+def _keep_warm(ep_options) -> None:
+    """Create, once, a one-node QNN session that lives as long as the worker (see the module docstring)."""
+    if _warm:
+        return
+    import onnx
+    from onnx import helper
+
+    from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
+    from onnxwrapper.backends.qnn._runtime import ensure_registered
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "warm",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    so = build_session_options(None, ep_options, ensure_registered())
+    try:
+        _warm.append(create_qnn_session(model.SerializeToString(), so))
+    except Exception:  # noqa: BLE001 - only a speed-up: compiles work without it
+        _warm.append(None)
 
 
 def encode_error(exc: BaseException) -> dict:
@@ -105,6 +133,9 @@ def serve() -> None:
             reply = ("ok", execute(request))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent, typed
             reply = ("error", encode_error(exc))
+        else:
+            if request.kind == "epcontext":
+                _keep_warm(request.ep_options)
         try:
             send(reply)
         except (BrokenPipeError, OSError):
