@@ -122,7 +122,7 @@ def test_epcontext_without_provenance_is_ignored_with_a_warning(tmp_path, caplog
 
 
 def test_stale_or_unrelated_artifacts_are_ignored_never_used_nor_blocking(tmp_path, caplog):
-    """Item 2: a ctx compiled before the model was retrained (same IO) is not run silently, an unrelated
+    """A ctx compiled before the model was retrained (same IO) is not run silently, an unrelated
     ctx or garbage under m's name does not block m; each is ignored with a warning naming the reason."""
     x = np.random.default_rng(5).random((1, 3, 8, 8), np.float32)
     model = _write(tmp_path, "m.onnx", models.smallconv(batch=1, seed=1))

@@ -1,6 +1,6 @@
-"""Control-flow models on the qnn backend (item 1 of the robustness issue): ``If`` nodes decided by the
-shapes and by rank-0 control inputs are folded before compiling; ``Loop``/``Scan`` models run with the
-QNN EP taking the nodes around them. The analysis and the fold are checked on the CPU EP too."""
+"""Control-flow models on the qnn backend: ``If`` nodes decided by the shapes and by rank-0 control
+inputs are folded before compiling; ``Loop``/``Scan`` models run with the QNN EP taking the nodes
+around them. The analysis and the fold are checked on the CPU EP too."""
 
 from __future__ import annotations
 

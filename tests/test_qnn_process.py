@@ -86,7 +86,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("first", ["ours", "raw", "failed"])
 def test_configurations_mix_in_one_process_and_never_leak(model_path, env, tmp_path, first):
-    """Item 3: sessions of different QNN configurations coexist in one process with their own numerics,
+    """Sessions of different QNN configurations coexist in one process with their own numerics,
     whatever ran before (the user's soc_model=60 session, a failed session); and a fresh process served
     from the cache those runs filled gets fp32 numerics for fp32 (nothing poisoned was stored)."""
     import onnx

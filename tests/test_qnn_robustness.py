@@ -1,6 +1,6 @@
-"""The qnn backend never crashes the user's process nor answers silently wrong (items 3–7 of the
-robustness issue): compiles in worker processes, feeds bounded before compiling, ORT parity for odd
-inputs, read-only caches, typed fp32 errors, NaN/Inf warnings. Tiny generated models only."""
+"""The qnn backend never crashes the user's process nor answers silently wrong: compiles in worker
+processes, feeds bounded before compiling, ORT parity for odd inputs, read-only caches, typed fp32
+errors, NaN/Inf warnings. Tiny generated models only."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _relu_model(dims) -> bytes:
     return models.make_model(g)
 
 
-# -- item 3: compile workers ----------------------------------------------------------------------------------
+# -- compile workers ----------------------------------------------------------------------------------
 _HIT = """
 import sys, numpy as np, onnxwrapper
 from onnxwrapper.backends.qnn._workers import default_pool
@@ -131,7 +131,7 @@ def test_precompile_fills_the_cache_on_parallel_workers(tmp_path):
     assert [a.origin for a in session.backend_session.artifacts] == ["cache"] * 3
 
 
-# -- item 4: what a feed may cost ---------------------------------------------------------------------------
+# -- what a feed may cost ---------------------------------------------------------------------------
 @pytest.mark.parametrize("shape, words", [((1, 2 ** 23), "VTCM budget"), ((2, 2 ** 30), "VTCM budget"),
                                           ((1024, 2048, 160), "max_feed_mb=1024")])
 def test_feeds_beyond_the_htp_compiler_are_refused_at_once(shape, words):
@@ -144,7 +144,7 @@ def test_feeds_beyond_the_htp_compiler_are_refused_at_once(shape, words):
     assert time.perf_counter() - start < 5 and session.backend_session.artifacts == []
 
 
-# -- item 5: ORT parity -----------------------------------------------------------------------------------
+# -- ORT parity -----------------------------------------------------------------------------------
 def test_a_size_zero_dim_returns_the_empty_output_as_ort():
     data = _relu_model(("N", 4))
     x = np.zeros((0, 4), np.float32)
@@ -220,7 +220,7 @@ def test_a_read_only_populated_cache_is_used_and_a_miss_compiles_elsewhere(tmp_p
     assert proc.stderr.count("is read-only") == 1
 
 
-# -- item 6: fp32 graphs the simulator cannot finalize ----------------------------------------------------
+# -- fp32 graphs the simulator cannot finalize ----------------------------------------------------
 def test_fp32_of_an_unsupported_op_is_a_typed_error_saying_what_to_do():
     with pytest.raises(BackendCapabilityError) as info:
         onnxwrapper.InferenceSession(cf_models.gather_embedding(), backend="qnn", backend_options={"precision": "fp32"})
@@ -233,7 +233,7 @@ def test_fp32_of_an_unsupported_op_is_a_typed_error_saying_what_to_do():
     np.testing.assert_allclose(fp16.run(None, {"ids": ids})[0], ref, atol=1e-2)
 
 
-# -- item 7: NaN / Inf feeds on FP16 targets -------------------------------------------------------------
+# -- NaN / Inf feeds on FP16 targets -------------------------------------------------------------
 @pytest.mark.parametrize("batch", [1, "N"])
 def test_nonfinite_feeds_warn_once_per_session_on_fp16(batch):
     data = models.smallconv(batch=batch, seed=51)
