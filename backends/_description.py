@@ -123,6 +123,11 @@ class SessionDescription:
             every ``run``/``run_async`` served by ORT itself (not by :attr:`runs`) before running it,
             until it returns True (done: e.g. a warn-once check that has warned); while it is
             active, ``run`` is not bound to ORT's directly. It may warn; it must not modify the feed.
+        plans: with :attr:`validate_feeds` and a ``run`` of :attr:`runs`: the backend's
+            :class:`onnxwrapper.kernel.RunPlans`, whose ``build(feed, output_names)`` returns the plan
+            of a validated call (e.g. straight to the ORT session of the feed's shapes); the backend
+            clears it when a plan goes stale. ``None``: the façade plans calls itself (validation
+            once per call key, then the ``run`` callable).
     """
 
     ort: OrtSessionArgs | None = None
@@ -130,6 +135,7 @@ class SessionDescription:
     runs: Mapping[str, Callable] = field(default_factory=dict)
     validate_feeds: bool = False
     feed_check: Callable[[Mapping[str, Any]], bool] | None = None
+    plans: Any = None
 
     def __post_init__(self) -> None:
         if (self.ort is None) == (self.foreign is None):

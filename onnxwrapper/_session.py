@@ -10,8 +10,10 @@ foreign backends (qai_appbuilder, SNPE) serve ``run`` and metadata, and raise
 One run path, as Polygraphy's ``BaseRunner.infer`` → ``infer_impl``: every run method goes
 through :meth:`InferenceSession._ow_call` — closed check, feed validation when the backend asks
 for it (one validator, :func:`onnxwrapper.kernel.validate_feed`), the backend's run callable,
-then the run observers. While no observer is registered, ``run`` of a session whose run is ORT's
-own is ORT's bound method itself (an instance attribute): zero added cost per call.
+then the run observers. While no observer is registered, ``run`` is an instance attribute: ORT's
+bound method itself when ORT runs the session (zero added cost per call), or, when the backend
+serves a validated ``run``, a dict lookup of the call's plan (:class:`onnxwrapper.kernel.RunPlans`:
+validation and routing done once per kind of call; a miss takes the full path, ORT's errors).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import reselect, select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
 from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
-from onnxwrapper.kernel import PartitionReport, check_output_names, check_providers, validate_feed, validate_ort_values
+from onnxwrapper.kernel import (PartitionReport, RunPlans, call_key, check_output_names, check_providers, plannable,
+                                validate_feed, validate_ort_values)
 
 __all__ = ["InferenceSession", "add_run_observer"]
 
@@ -140,26 +143,48 @@ class InferenceSession(_ORT):
         #: run methods whose feeds the façade validates: the backend's own callables, when it asks
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()
         self._ow_served = frozenset(description.runs)  # run methods the backend serves itself
+        own_run = type(self).run is InferenceSession.run  # a subclass overriding run() keeps its own
         # with no observer, ``run`` may be ORT's bound run itself: nothing to check or validate
         self._ow_fast_ok = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
-                            and type(self).run is InferenceSession.run)  # a subclass overriding run() keeps its own
+                            and own_run)
+        #: validated runs: a plan per call key (kernel.RunPlans), the backend's or the façade's own
+        self._ow_plans = None
+        if "run" in self._ow_validate and own_run:
+            self._ow_plans = description.plans if description.plans is not None else RunPlans.calling(impls["run"])
         self._ow_feed_check = description.feed_check
         self._ow_enable_fast_path()
 
     def _ow_enable_fast_path(self) -> None:
         self._ow_fast = self._ow_fast_ok and self._ow_feed_check is None
-        if self._ow_fast:
+        plans = self._ow_plans  # the run attribute: ORT's own run, the plan dispatcher, or none
+        self._ow_direct = (self._ow_impls["run"] if self._ow_fast
+                           else plans.dispatcher(self._ow_run_missed) if plans is not None else None)
+        if self._ow_direct is not None:
             with observers_lock:
                 FAST_PATH_SESSIONS.add(self)
                 self._ow_set_fast_path(not RUN_OBSERVERS)
 
     def _ow_set_fast_path(self, enabled: bool) -> None:
-        # With no run observer, ``session.run`` is ORT's run itself (an instance attribute
-        # shadowing the class method): zero added cost per call.
-        if enabled and self._ow_fast and not self._ow_closed:
-            self.__dict__["run"] = self._ow_impls["run"]
+        # With no run observer, ``session.run`` is an instance attribute shadowing the class method:
+        # ORT's run itself (zero added cost per call), or the plan dispatcher of a validated session
+        # (a dict lookup per call, see kernel.RunPlans).
+        if enabled and self._ow_direct is not None and not self._ow_closed:
+            self.__dict__["run"] = self._ow_direct
         else:
             self.__dict__.pop("run", None)
+
+    def _ow_run_missed(self, output_names, input_feed, run_options=None):
+        """``run`` of a call without a plan: validated (ORT's errors), planned when it can be, run."""
+        self._ow_check_open("run")
+        feed = validate_feed(self._inputs_meta, input_feed, output_names, self._outputs_meta)
+        names = check_output_names(output_names, self._outputs_meta)
+        plans = self._ow_plans
+        if plans is not None and plannable(output_names, input_feed):
+            plan = plans.build(feed, names)
+            if plan is not None:
+                plans.add(call_key(output_names, input_feed), plan)
+                return plan(input_feed, run_options)
+        return self._ow_impls["run"](names, feed, run_options)
 
     def _ow_unsupported(self, method: str):
         def raise_unsupported(*args, **kwargs):
@@ -286,6 +311,8 @@ class InferenceSession(_ORT):
         with observers_lock:
             FAST_PATH_SESSIONS.discard(self)
             self._ow_set_fast_path(False)
+        if self._ow_plans is not None:
+            self._ow_plans.clear()
         self._ow_backend_session.close()
         self._ow_ort_state(None)
 
@@ -326,6 +353,8 @@ class InferenceSession(_ORT):
         with observers_lock:
             FAST_PATH_SESSIONS.discard(self)
             self._ow_set_fast_path(False)
+        if self._ow_plans is not None:
+            self._ow_plans.clear()
         self._ow_open(instance, request, selection)
         previous.close()
 

@@ -33,11 +33,12 @@ from typing import Any, Callable, Mapping
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
 from onnxwrapper.backends.qnn._assignment import assigned_subgraphs, require_assignment_enabled
 from onnxwrapper.backends.qnn._compile import ort_session_class, qnn_creation_guard
+from onnxwrapper.backends.qnn._dispatch import plan_run
 from onnxwrapper.backends.qnn._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.backends.qnn._specialize import control_value, signature_of
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
-from onnxwrapper.kernel import NonFiniteInputCheck, PartialOffloadWarning, PartitionReport, user_stacklevel
+from onnxwrapper.kernel import NonFiniteInputCheck, PartialOffloadWarning, PartitionReport, RunPlans, user_stacklevel
 
 __all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition", "nonfinite_check"]
 
@@ -242,10 +243,13 @@ class QnnDynamicSession(BackendSession):
         self._latest: PartitionReport | None = None
         self._lock = threading.RLock()
         self.user_so = user_so
+        #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn._dispatch`), cleared on release
+        self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names))
 
     def describe(self) -> SessionDescription:
-        """The metadata session (never run); run methods served here; feeds validated by the façade."""
-        return SessionDescription(ort=self.ort_args, validate_feeds=True, runs={
+        """The metadata session (never run); run methods served here; feeds validated by the façade,
+        which runs a validated kind of call by its plan (:attr:`plans`)."""
+        return SessionDescription(ort=self.ort_args, validate_feeds=True, plans=self.plans, runs={
             "run": self.run, "run_with_ort_values": self.run_with_ort_values, "run_async": self.run_async,
             "run_with_iobinding": self.run_with_iobinding})
 
@@ -277,6 +281,7 @@ class QnnDynamicSession(BackendSession):
     def close(self) -> None:
         """Release the live specialization sessions (their artifacts stay in the disk cache)."""
         with self._lock:
+            self.plans.clear()
             self._live.clear()
             self._empty_session = None
 
@@ -308,6 +313,7 @@ class QnnDynamicSession(BackendSession):
                   self.label, artifact.origin, artifact.seconds, len(self._live))
         while len(self._live) > self.max_specializations:
             self._live.popitem(last=False)
+            self.plans.clear()  # plans hold their specialization's session
             _log.info("onnxwrapper qnn: released a specialization of %s (max_specializations=%d; it stays "
                       "in the disk cache)", self.label, self.max_specializations)
         return spec

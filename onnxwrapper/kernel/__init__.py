@@ -13,6 +13,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :func:`check_input` (the one validator, onnxruntime's exact errors), :class:`FeedCheck` (the same
   for one session, skipping a call shaped like the last accepted one),
   :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+* run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable` (a validated kind of ``run`` call,
+  looked up by its key instead of validated again);
 * metadata look-alikes of ``onnxruntime.NodeArg`` / ``ModelMetadata`` — :class:`NodeArgInfo`,
   :class:`ModelMetadataInfo`, :func:`node_args_from_onnx`, :func:`modelmeta_from_onnx`;
 * shapes — :func:`input_dims`, :func:`dynamic_inputs`, :func:`is_static`, :func:`specialize`,
@@ -47,6 +49,7 @@ from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_
 from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
+from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
 
@@ -67,9 +70,11 @@ __all__ = [
     "PartitionReport",
     "RECORDED_METHODS",
     "RecordingSessionOptions",
+    "RunPlans",
     "__version__",
     "assignment_not_enabled_error",
     "bind_inputs",
+    "call_key",
     "check_input",
     "check_output_names",
     "check_providers",
@@ -90,6 +95,7 @@ __all__ = [
     "node_args_from_onnx",
     "numpy_to_ort_type",
     "ort_type_to_numpy",
+    "plannable",
     "record_call",
     "recorded_calls",
     "recorded_key",

@@ -7,7 +7,9 @@ value depends on the graph, so outputs cannot be checked for it; the inputs can.
 
 * :func:`first_nonfinite` — the first float input holding NaN or ±Inf, with counts.
 * :class:`NonFiniteInputCheck` — one session's check: called with each feed until it has warned
-  once (:class:`NonFiniteInputWarning`), then it reports that it is done and is not called again.
+  once (:class:`NonFiniteInputWarning`), then it reports that it is done and is not called again;
+  :meth:`NonFiniteInputCheck.screen` gives the same check for the feeds of one call key
+  (:mod:`onnxwrapper.kernel._run_plans`), cheaper: only its float inputs, no type tests.
 
 Cost (numpy 2.4, median of 200): ``numpy.isfinite(x).all()`` takes 1.2 µs for 576 floats, 4 µs for
 1×3×48×320, 12 µs for 1×3×224×224 (≈ 0.02–0.035 ms per MiB); arrays above 64 Ki elements are
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -103,3 +105,45 @@ class NonFiniteInputCheck:
                       NonFiniteInputWarning,
                       stacklevel=user_stacklevel() if self.stacklevel is None else self.stacklevel)
         return True
+
+    def screen(self, feed: Mapping[str, object]) -> Callable[[Mapping[str, object]], None] | None:
+        """This check for feeds with the names, classes, dtypes and shapes of ``feed``, as a run plan
+        needs it: ``screen(feed)`` does what ``self(feed)`` does (warns once per session), nothing
+        once the check is done, and otherwise tests only the non-empty float arrays of ``feed``, each
+        with one dot product against zeros (``numpy.vdot``): IEEE 754 makes ``0 × NaN`` and
+        ``0 × ±Inf`` NaN and ``0 × x`` zero for every finite ``x`` (no overflow), so the product is
+        0 exactly when the array is finite; anything else takes the full check, which decides.
+        Measured (numpy 2.4, x86-64): 0.4–0.6 µs for up to 576 floats against 1.4 µs for
+        ``numpy.isfinite(x).all()``, and every NaN/±Inf position of float16/32/64 arrays caught.
+        Arrays above 64 Ki elements take the full check (:func:`first_nonfinite`). Returns ``None``
+        when ``feed`` holds no float array (nothing can be NaN or ±Inf)."""
+        floats = [(name, value) for name, value in feed.items()
+                  if type(value) is np.ndarray and value.dtype.kind == "f" and value.size]
+        if not floats:
+            return None
+        if any(value.size > _SMALL for _, value in floats):
+            def full(feed):
+                if not self.done:
+                    self(feed)
+            return full
+        zeros = []
+        for name, value in floats:
+            zero = np.zeros(value.size, value.dtype)
+            zero.flags.writeable = False
+            zeros.append((name, zero))
+        vdot = np.vdot
+        if len(zeros) == 1:
+            ((name, zero),) = zeros
+
+            def one(feed):
+                if not self.done and vdot(feed[name], zero):  # NaN or nonzero: not certainly finite
+                    self(feed)
+            return one
+
+        def several(feed):
+            if not self.done:
+                for name, zero in zeros:
+                    if vdot(feed[name], zero):
+                        self(feed)
+                        return
+        return several
