@@ -11,9 +11,9 @@ One run path, as Polygraphy's ``BaseRunner.infer`` → ``infer_impl``: every run
 through :meth:`InferenceSession._ow_call` — closed check, feed validation when the backend asks
 for it (one validator, :func:`onnxwrapper.kernel.validate_feed`), the backend's run callable,
 then the run observers. While no observer is registered, ``run`` is an instance attribute: ORT's
-bound method itself when ORT runs the session (zero added cost per call), or, when the backend
-serves a validated ``run``, a dict lookup of the call's plan (:class:`onnxwrapper.kernel.RunPlans`:
-validation and routing done once per kind of call; a miss takes the full path, ORT's errors).
+bound method itself (zero added cost per call), or a dict lookup of the call's plan
+(:class:`onnxwrapper.kernel.RunPlans`: validation, routing and feed checks decided once per kind
+of call; a miss takes the full path).
 """
 
 from __future__ import annotations
@@ -144,13 +144,13 @@ class InferenceSession(_ORT):
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()
         self._ow_served = frozenset(description.runs)  # run methods the backend serves itself
         own_run = type(self).run is InferenceSession.run  # a subclass overriding run() keeps its own
-        # with no observer, ``run`` may be ORT's bound run itself: nothing to check or validate
-        self._ow_fast_ok = (not self._ow_validate and "run" not in description.runs and not self._ow_foreign
-                            and own_run)
-        #: validated runs: a plan per call key (kernel.RunPlans), the backend's or the façade's own
+        self._ow_fast_ok = not self._ow_validate and "run" not in description.runs and not self._ow_foreign and own_run
+        #: plans per call key: validated runs (the backend's or the façade's), or ORT's after a feed check
         self._ow_plans = None
         if "run" in self._ow_validate and own_run:
             self._ow_plans = description.plans if description.plans is not None else RunPlans.calling(impls["run"])
+        elif self._ow_fast_ok and hasattr(description.feed_check, "screen"):
+            self._ow_plans = RunPlans.checking(description.feed_check, impls["run"])
         self._ow_feed_check = description.feed_check
         self._ow_enable_fast_path()
 
@@ -164,26 +164,34 @@ class InferenceSession(_ORT):
                 FAST_PATH_SESSIONS.add(self)
                 self._ow_set_fast_path(not RUN_OBSERVERS)
 
-    def _ow_set_fast_path(self, enabled: bool) -> None:
-        # With no run observer, ``session.run`` is an instance attribute shadowing the class method:
-        # ORT's run itself (zero added cost per call), or the plan dispatcher of a validated session
-        # (a dict lookup per call, see kernel.RunPlans).
+    def _ow_set_fast_path(self, enabled: bool) -> None:  # no observer: the instance's run is _ow_direct
         if enabled and self._ow_direct is not None and not self._ow_closed:
             self.__dict__["run"] = self._ow_direct
         else:
             self.__dict__.pop("run", None)
 
+    def _ow_drop_direct(self) -> None:
+        """Back to the class's ``run``, plans dropped (``close``, ``set_providers``)."""
+        with observers_lock:
+            FAST_PATH_SESSIONS.discard(self)
+            self._ow_set_fast_path(False)
+        if self._ow_plans is not None:
+            self._ow_plans.clear()
+
     def _ow_run_missed(self, output_names, input_feed, run_options=None):
-        """``run`` of a call without a plan: validated (ORT's errors), planned when it can be, run."""
+        """``run`` of a call without a plan: checked as always (ORT's errors), planned when it can be."""
+        plans = self._ow_plans
+        if "run" not in self._ow_validate:  # ORT runs and checks it: the backend's feed check, then ORT's run
+            outputs = self._ow_call("run", output_names, input_feed, (run_options,))
+            if self._ow_feed_check is not None and plannable(output_names, input_feed):
+                plans.add(call_key(output_names, input_feed), plans.build(input_feed, output_names))
+            return outputs
         self._ow_check_open("run")
         feed = validate_feed(self._inputs_meta, input_feed, output_names, self._outputs_meta)
         names = check_output_names(output_names, self._outputs_meta)
-        plans = self._ow_plans
-        if plans is not None and plannable(output_names, input_feed):
-            plan = plans.build(feed, names)
-            if plan is not None:
-                plans.add(call_key(output_names, input_feed), plan)
-                return plan(input_feed, run_options)
+        if plannable(output_names, input_feed) and (plan := plans.build(feed, names)) is not None:
+            plans.add(call_key(output_names, input_feed), plan)
+            return plan(input_feed, run_options)
         return self._ow_impls["run"](names, feed, run_options)
 
     def _ow_unsupported(self, method: str):
@@ -197,7 +205,7 @@ class InferenceSession(_ORT):
                 f"InferenceSession.{method}() on backend '{self.backend_name}': the session was closed with close(); "
                 f"create a new InferenceSession.", backend=self.backend_name)
 
-    def _ow_call(self, method: str, output_names, feed, args: tuple, notify_feed=None):
+    def _ow_call(self, method: str, output_names, feed, args: tuple):
         """Closed check → feed validation (when the backend asks) → backend run → observers."""
         self._ow_check_open(method)
         names, given = output_names, feed
@@ -308,11 +316,7 @@ class InferenceSession(_ORT):
         if self._ow_closed or self._ow_backend_session is None:
             return
         self._ow_closed = True
-        with observers_lock:
-            FAST_PATH_SESSIONS.discard(self)
-            self._ow_set_fast_path(False)
-        if self._ow_plans is not None:
-            self._ow_plans.clear()
+        self._ow_drop_direct()
         self._ow_backend_session.close()
         self._ow_ort_state(None)
 
@@ -350,11 +354,7 @@ class InferenceSession(_ORT):
         self._ow_backend_session.before_providers_change(selection.name)
         instance = current if selection.name == current.name else registry.get(selection.name)(None)
         previous = self._ow_backend_session
-        with observers_lock:
-            FAST_PATH_SESSIONS.discard(self)
-            self._ow_set_fast_path(False)
-        if self._ow_plans is not None:
-            self._ow_plans.clear()
+        self._ow_drop_direct()
         self._ow_open(instance, request, selection)
         previous.close()
 

@@ -89,6 +89,25 @@ class RunPlans:
             return lambda input_feed, run_options: run(names, dict(input_feed), run_options)
         return cls(build)
 
+    @classmethod
+    def checking(cls, check: Any, run: Callable[..., Any]) -> "RunPlans":
+        """Plans for a session ONNX Runtime runs and checks itself (``run``: ORT's own ``run``) whose
+        backend checks each feed first (``check``: a :class:`~onnxwrapper.kernel.NonFiniteInputCheck`):
+        per call key, the check's cheaper ``screen`` for that key, then ``run`` with a copy of the
+        call's ``output_names`` (``build`` gets the call's own feed and ``output_names``). Any
+        error is ORT's: ORT's ``run`` checks every call."""
+        def build(feed: dict, output_names) -> Plan:
+            names = None if output_names is None else list(output_names)
+            screen = check.screen(feed)
+            if screen is None:
+                return lambda input_feed, run_options: run(names, input_feed, run_options)
+
+            def plan(input_feed, run_options):
+                screen(input_feed)
+                return run(names, input_feed, run_options)
+            return plan
+        return cls(build)
+
     def add(self, key: tuple, plan: Plan) -> None:
         """Keep ``plan`` for calls with ``key``."""
         if len(self.table) >= self.limit:
