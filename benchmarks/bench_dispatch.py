@@ -2,11 +2,12 @@
 EPContext session run directly with onnxruntime.
 
 Model: ``Y = X * W``, X float[N, 8] (tiny, so that the per-call overhead shows). The first run
-with N = 2 compiles that shape's specialization; afterwards every ``session.run`` goes through the
-façade (feed validation against the symbolic inputs) and the backend's specialization lookup to
-onnxruntime's ``run`` on the static EPContext session of N = 2 — which is the raw figure: that
-very onnxruntime session's ``run`` called directly. Rounds of ``--calls`` calls alternate; the
-figure is the median of the per-round paired ratios. Target ≤ 1.05×.
+with N = 2 is validated against the symbolic inputs, compiles that shape's specialization and
+becomes the plan of its call key (``onnxwrapper.kernel.RunPlans``); afterwards every
+``session.run`` is the plan lookup, the NaN/±Inf screen of the FP16 session and onnxruntime's
+native ``run`` on the static EPContext session of N = 2 — whose Python ``run``, called directly,
+is the raw figure. Rounds of ``--calls`` calls alternate; the figure is the median of the per-round
+paired ratios. Target ≤ 1.05×.
 
 Usage: ``python benchmarks/bench_dispatch.py [--rounds 21] [--calls 2000] [--json-out PATH]``.
 Exit status 0 when the target is met, 1 otherwise.

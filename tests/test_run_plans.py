@@ -29,11 +29,11 @@ from tests.conftest import qnn_available
 pytestmark = [pytest.mark.qnn, pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")]
 
 
-def add_mul(doc: str = "") -> bytes:
-    """``Y = X + Z``, ``V = X * Z``; X float[N, 2] (dynamic), Z float[1, 2] (fixed)."""
+def add_mul(doc: str = "", n="N") -> bytes:
+    """``Y = X + Z``, ``V = X * Z``; X float[n, 2] (dynamic: ``n="N"``), Z float[1, 2] (fixed)."""
     g = h.make_graph([h.make_node("Add", ["X", "Z"], ["Y"]), h.make_node("Mul", ["X", "Z"], ["V"])], "add_mul",
-                     [h.make_tensor_value_info("X", T.FLOAT, ["N", 2]), h.make_tensor_value_info("Z", T.FLOAT, [1, 2])],
-                     [h.make_tensor_value_info("Y", T.FLOAT, ["N", 2]), h.make_tensor_value_info("V", T.FLOAT, ["N", 2])])
+                     [h.make_tensor_value_info("X", T.FLOAT, [n, 2]), h.make_tensor_value_info("Z", T.FLOAT, [1, 2])],
+                     [h.make_tensor_value_info("Y", T.FLOAT, [n, 2]), h.make_tensor_value_info("V", T.FLOAT, [n, 2])])
     return models.make_model(g, doc_string=doc or uuid.uuid4().hex)
 
 
@@ -105,10 +105,11 @@ def _sequence(qrt, path):
     return session, seen
 
 
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("run_plans") / "add_mul.onnx"
-    path.write_bytes(add_mul())
+@pytest.fixture(scope="module", params=["dynamic", "static"])
+def model_path(request, tmp_path_factory):
+    """The model with X float[N, 2] (plans of the backend) or float[2, 2] (ORT's run after the screen)."""
+    path = tmp_path_factory.mktemp("run_plans") / f"add_mul_{request.param}.onnx"
+    path.write_bytes(add_mul(n="N" if request.param == "dynamic" else 2))
     return str(path)
 
 
@@ -152,11 +153,13 @@ def test_only_validated_plannable_calls_get_plans(tmp_path):
     assert len(session.backend_session.artifacts) == 1  # one compile for both plans
 
 
-def test_nan_after_a_planned_call_warns_once(tmp_path):
+@pytest.mark.parametrize("n", ["N", 2])
+def test_nan_after_a_planned_call_warns_once(tmp_path, n):
     path = tmp_path / "m.onnx"
-    path.write_bytes(add_mul())
+    path.write_bytes(add_mul(n=n))
     session = onnxwrapper.InferenceSession(str(path), backend="qnn")
     session.run(None, {"X": X, "Z": Z})
+    assert len(session._ow_plans.table) == 1  # dynamic: the backend's plans; static: the façade's
     bad = X.copy()
     bad[1, 0] = np.nan
     with warnings.catch_warnings(record=True) as caught:
