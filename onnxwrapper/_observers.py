@@ -1,8 +1,9 @@
 """Run observers: callables told about every run-method call of every ``InferenceSession``.
 
-While no observer is registered, sessions bind ``run`` straight to their backend's run (no wrapper,
-zero added cost per call); registering the first observer switches every live session to the
-observed path, removing the last one switches them back.
+While no observer is registered, sessions bind ``run`` straight to ORT's run (no wrapper, zero
+added cost per call) or to their plan dispatcher (:class:`onnxwrapper.kernel.RunPlans`, a dict
+lookup per call); registering the first observer switches every live session to the observed
+path, removing the last one switches them back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ __all__ = ["FAST_PATH_SESSIONS", "RUN_OBSERVERS", "add_run_observer", "notify", 
 #: observers called after every run-method call of every session (see add_run_observer)
 RUN_OBSERVERS: list[Callable] = []
 observers_lock = threading.Lock()
-#: live sessions whose ``run`` may be bound straight to the backend's (no observer → no wrapper)
+#: live sessions whose ``run`` is an instance attribute (ORT's run or a plan dispatcher) without observers
 FAST_PATH_SESSIONS: "weakref.WeakSet" = weakref.WeakSet()
 
 
