@@ -26,11 +26,12 @@ def test_call_key_tells_apart_everything_validation_reads():
     assert call_key(None, {"X": X.copy()}) == base and hash(call_key(None, {"X": X + 1})) == hash(base)
     others = [call_key(None, {"X": X.astype(np.float64)}), call_key(None, {"X": X[:2]}),
               call_key(None, {"Z": X}), call_key(None, {"X": X, "Z": X}), call_key(["Y"], {"X": X}),
-              call_key(("Y",), {"X": X}), call_key("Y", {"X": X}), call_key([], {"X": X}),
+              call_key(("Y",), {"X": X}), call_key([], {"X": X}),
               call_key(None, collections.OrderedDict(X=X)), call_key(None, {"X": X.view(np.matrix)})]
     assert len({base, *others}) == len(others) + 1
     assert call_key(["Y"], {"Z": X, "X": X}) != call_key(["Y"], {"X": X, "Z": X})  # feed order: ORT's messages
-    for names, feed in ((None, [X]), (None, {"X": X.tolist()}), ([["Y"]], {"X": X}),
+    for names, feed in ((None, [X]), (None, {"X": X.tolist()}), ([["Y"]], {"X": X}), ("Y", {"X": X}),
+                        ((n for n in ["Y"]), {"X": X}), ({"Y"}, {"X": X}),
                         (None, {"X": onnxruntime.OrtValue.ortvalue_from_numpy(X)})):
         with pytest.raises((AttributeError, TypeError)):
             call_key(names, feed)

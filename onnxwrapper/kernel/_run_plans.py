@@ -26,6 +26,8 @@ import numpy as np
 __all__ = ["RunPlans", "call_key", "plannable"]
 
 Plan = Callable[[Mapping[str, Any], Any], Any]
+#: ``output_names`` types that have a key (read without consuming anything, e.g. not a generator)
+_SEQUENCES = (list, tuple)
 
 
 def call_key(output_names, input_feed) -> tuple:
@@ -37,9 +39,12 @@ def call_key(output_names, input_feed) -> tuple:
 
     Raises:
         ``AttributeError`` / ``TypeError`` for a call that has no key (the feed is not a mapping,
-        a value has no ``dtype``/``shape``, a name is unhashable); such calls are never planned.
+        a value has no ``dtype``/``shape``, a name is unhashable, ``output_names`` is neither
+        ``None`` nor a ``list``/``tuple``); such calls are never planned.
     """
-    key = [input_feed.__class__, output_names.__class__, None if output_names is None else tuple(output_names)]
+    names = (output_names if output_names is None
+             else tuple(output_names) if output_names.__class__ in _SEQUENCES else [])  # []: unhashable, no key
+    key = [input_feed.__class__, output_names.__class__, names]
     for name, value in input_feed.items():
         key += (name, value.__class__, value.dtype, value.shape)
     key = tuple(key)
@@ -126,8 +131,8 @@ class RunPlans:
 
         def run(output_names, input_feed, run_options=None):
             try:  # the key of call_key(), inline: this is the hot path
-                key = [input_feed.__class__, output_names.__class__,
-                       None if output_names is None else tuple(output_names)]
+                key = [input_feed.__class__, output_names.__class__, output_names if output_names is None else
+                       tuple(output_names) if output_names.__class__ in _SEQUENCES else []]  # []: no key
                 for name, value in input_feed.items():
                     key += (name, value.__class__, value.dtype, value.shape)
                 plan = table[tuple(key)]
