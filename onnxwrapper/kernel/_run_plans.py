@@ -60,7 +60,7 @@ def plannable(output_names, input_feed) -> bool:
         return False
     if output_names is None:
         return True
-    return type(output_names) in (list, tuple) and all(isinstance(n, str) for n in output_names)
+    return type(output_names) in _SEQUENCES and all(isinstance(n, str) for n in output_names)
 
 
 class RunPlans:
