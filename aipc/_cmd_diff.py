@@ -28,9 +28,8 @@ import sys
 
 from aipc._args import UsageError
 from aipc._args_compare import ToleranceArgs
-from onnxwrapper.diff import check, default_directory, localize_failures, parse_backends, run
-from onnxwrapper.diff._capture import parse_size
-from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
+from onnxwrapper.diff import (check, default_directory, default_jobs, estimate_run_memory, localize_failures,
+                              parse_backends, parse_size, report_paths, run)
 from onnxwrapper.errors import BackendNotFoundError
 
 EXIT_USAGE = 64
@@ -245,8 +244,6 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         close_bars()
-    from onnxwrapper.diff._api import report_paths
-
     sys.stdout.write(result.table(color=sys.stdout.isatty()) + "\n")
     default_json, default_html = report_paths(result.directory or os.getcwd(), check=bool(args.check))
     written = [os.path.abspath(result.write_json(args.json or default_json))]

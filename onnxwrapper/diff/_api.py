@@ -13,6 +13,7 @@ import os
 import tempfile
 from typing import Callable, Iterable, Mapping
 
+from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._app_level import NONE, STDOUT, judge_app, needs_rerun
 from onnxwrapper.diff._batched import device_notes
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
@@ -64,8 +65,6 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
         onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
         ValueError: empty list, or a label given twice.
     """
-    from onnxwrapper._registry import default_registry
-
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     result: dict[str, str] = {}
     for item in (i.strip() for i in items):
@@ -162,8 +161,6 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     compare_output = _app_items(compare_output)
     labels = parse_backends(backends)
     if reference not in labels:
-        from onnxwrapper._registry import default_registry
-
         labels = {reference: default_registry().resolve(reference), **labels}
     options = {label: dict((backend_options or {}).get(label) or {}) for label in labels}
     unknown = set(backend_options or {}) - set(labels)

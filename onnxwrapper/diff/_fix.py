@@ -20,10 +20,14 @@ the confirmation run is skipped. The backend must take the ``repairs`` option (`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Callable, Iterable, Mapping
 
+import onnx
+
+from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
@@ -72,8 +76,6 @@ def _workroot(directory: str) -> str:
 def _higher_precision(backend: str) -> str | None:
     """``"fp32"`` when the backend has a ``precision`` option that accepts it and is not a real NPU
     (the QNN HTP runs FP32 graphs in FP16 on devices; only its x86-64 simulator computes FP32)."""
-    from onnxwrapper._registry import default_registry
-
     try:
         cls = default_registry().get(backend)
         if "precision" not in cls.options or default_registry().probe(backend).real_npu:
@@ -85,8 +87,6 @@ def _higher_precision(backend: str) -> str | None:
 
 
 def _takes_repairs(backend: str) -> bool:
-    from onnxwrapper._registry import default_registry
-
     try:
         return "repairs" in default_registry().get(backend).options
     except Exception:  # noqa: BLE001
@@ -165,8 +165,6 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
 
 def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies, workdir, max_calls, try_all,
                timeout, env, say) -> None:
-    import onnx
-
     info = reference.models[mf.model]
     proto = onnx.load_model_from_string(_model_bytes(info.model_source()))
     worst = [s.worst for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model
@@ -216,8 +214,6 @@ def _model_bytes(source) -> bytes:
 
 
 def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRecipe:
-    import dataclasses
-
     base = mf.baseline
     verified = {"backend": run_.backend, "options": {k: v for k, v in run_.options.items()}, "calls": trial.calls,
                 "worst_output": (trial.worst or {}).get("output"), "worst_snr_db": (trial.worst or {}).get("snr_db"),

@@ -13,8 +13,9 @@ import os
 from typing import Callable, Mapping
 
 from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._localize import localize
 from onnxwrapper.diff._orchestrate import run_child
-from onnxwrapper.diff._result import DiffResult
+from onnxwrapper.diff._result import DiffResult, Localization
 
 __all__ = ["localize_failures"]
 
@@ -45,8 +46,6 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
     Returns:
         The new :class:`~onnxwrapper.diff.Localization` objects (also appended to ``result``).
     """
-    from onnxwrapper.diff._localize import localize
-
     if not result.directory or result.reference not in result.runs:
         return []
     ref_run = result.runs[result.reference]
@@ -80,8 +79,6 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
                            progress=(lambda r, d, _l=label: progress(f"localize {_l} round {r}: {d}", r, 0))
                            if progress else None)
         except (OSError, ValueError) as exc:
-            from onnxwrapper.diff._result import Localization
-
             loc = Localization(backend=label, model=model, error=str(exc), message=f"localization failed: {exc}")
         loc.backend = label
         result.localizations.append(loc)

@@ -16,6 +16,10 @@ import json
 import math
 import os
 
+import onnxruntime
+
+from onnxwrapper.kernel import __version__
+
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "to_document", "write_json", "sanitize"]
 
 SCHEMA = "onnxwrapper-diff-report"
@@ -45,10 +49,6 @@ def sanitize(value):
 
 def to_document(result) -> dict:
     """The report document of a :class:`~onnxwrapper.diff.DiffResult` (a plain, JSON-safe dict)."""
-    import onnxruntime
-
-    from onnxwrapper.kernel import __version__
-
     doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
