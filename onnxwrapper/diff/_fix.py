@@ -30,6 +30,7 @@ import onnx
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
@@ -63,14 +64,6 @@ def _saved_report(directory: str) -> dict:
             return json.load(f)
     except (OSError, ValueError):
         return {}
-
-
-def _workroot(directory: str) -> str:
-    root, n = os.path.join(directory, "fix"), 1
-    while os.path.exists(root):
-        n += 1
-        root = os.path.join(directory, f"fix-{n}")
-    return root
 
 
 def _higher_precision(backend: str) -> str | None:
@@ -142,7 +135,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
             locs.setdefault((loc.backend, loc.model), loc.to_dict())
     runs = result_check.runs
     reference = read_capture(runs[result_check.reference].capture_dir)
-    root = _workroot(directory)
+    root = unused_stem(os.path.join(directory, "fix"))
     for label, model in failing:
         run_ = runs[label]
         mf = ModelFix(backend=label, model=model, sha256=reference.models[model].sha256,
@@ -242,9 +235,10 @@ def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cw
     options = {lb: dict(runs[lb].options, repairs={"file": result.recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
     say("confirming: the script again, with the recipe")
+    confirm_dir = unused_stem(os.path.join(directory, "fix")) + "-confirm"
     result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
                               backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
-                              backend_options=options, directory=_workroot(directory) + "-confirm",
+                              backend_options=options, directory=confirm_dir,
                               cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
                               compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
                               output_rtol=app.get("rtol"),
