@@ -97,6 +97,7 @@ class BackendRun:
     __repr__ = _text.repr_backend_run
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-safe dict (the report's ``runs`` entries)."""
         return dict(self.__dict__)
 
 
@@ -134,9 +135,11 @@ class CallComparison:
 
     @property
     def passed(self) -> bool:
+        """True when the call's outputs are within tolerance."""
         return self.kind == "pass"
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-safe dict (the report's per-call entries)."""
         return dict(self.__dict__)
 
     __repr__ = _text.repr_call
@@ -171,9 +174,11 @@ class OutputSummary:
 
     @property
     def passed(self) -> bool:
+        """True when every compared call of this output is within tolerance."""
         return self.kind == "pass"
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: the fields, the tolerance as a dict and as text, the worst call."""
         d = {k: v for k, v in self.__dict__.items() if k not in ("tolerance", "worst")}
         d["tolerance"] = self.tolerance.to_dict()
         d["tolerance_text"] = self.tolerance.describe()
@@ -207,6 +212,7 @@ class AppComparison:
     explanation: str = ""
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: the fields, each compared item as a dict."""
         d = dict(self.__dict__)
         d["items"] = [i.to_dict() for i in self.items]
         return d
@@ -258,6 +264,7 @@ class Localization:
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-safe dict (the report's ``localizations`` entries)."""
         return dict(self.__dict__)
 
     __repr__ = _text.repr_localization

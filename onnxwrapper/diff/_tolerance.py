@@ -369,7 +369,7 @@ class Tolerances:
         return tol
 
     def to_dict(self) -> dict:
-        """JSON-friendly description."""
+        """A JSON-safe dict: the default tolerance, the changes and the per-pattern overrides."""
         return {"default": self.default.to_dict() if self.default else None,
                 "changes": dict(self.changes),
                 "overrides": [[p, c.to_dict() if isinstance(c, Tolerance) else dict(c)] for p, c in self.overrides]}

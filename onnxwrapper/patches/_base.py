@@ -92,6 +92,7 @@ class GraphView:
     # -- facts ---------------------------------------------------------------------------------
     @property
     def graph(self) -> onnx.GraphProto:
+        """The model's top-level graph."""
         return self.model.graph
 
     @property
@@ -156,6 +157,7 @@ class GraphView:
         return [n for n in self.graph.node if tensor in n.input]
 
     def is_graph_output(self, tensor: str) -> bool:
+        """True when ``tensor`` is an output of the top-level graph."""
         return any(o.name == tensor for o in self.graph.output)
 
     # -- edits ---------------------------------------------------------------------------------

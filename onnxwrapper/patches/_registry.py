@@ -98,6 +98,7 @@ class PatchMatch:
     reason: str = ""
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the match (``aipc inspect --json``)."""
         return {"node_index": self.node_index, "node_name": self.node_name, "op_type": self.op_type,
                 "patch": self.patch, "applicable": self.applicable, "reason": self.reason}
 

@@ -118,6 +118,7 @@ class TensorSummary:
     dynamic: bool
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: name, dtype, shape and whether any dim is dynamic."""
         return {"name": self.name, "dtype": self.dtype, "shape": self.shape, "dynamic": self.dynamic}
 
 

@@ -69,6 +69,7 @@ class NodePrediction:
     patch: str | None = None
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the node's prediction."""
         return {"index": self.index, "name": self.name, "op_type": self.op_type, "domain": self.domain,
                 "ep": self.ep, "reason": self.reason, "patch": self.patch}
 
@@ -109,10 +110,12 @@ class PartitionPrediction:
 
     @property
     def counts(self) -> dict[str, int]:
+        """``{execution provider: node count}``, QNN first, then CPU, then the others."""
         order = {QNN_EP: 0, CPU_EP: 1}
         return dict(sorted(Counter(n.ep for n in self.nodes).items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the prediction (the ``--json`` output), counts and headline included."""
         return {"backend": self.backend, "options": self.options, "source": self.source,
                 "measured": self.source == "session", "headline": self.headline(), "counts": self.counts,
                 "num_partitions": self.num_partitions, "session": self.session, "shapes": self.shapes,

@@ -73,6 +73,7 @@ class OpsetUpgrade:
     by: str = "onnxwrapper"
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: from, to, reasons and the converter used."""
         return {"from": self.from_version, "to": self.to_version, "reasons": list(self.reasons), "by": self.by}
 
     def describe(self) -> str:
