@@ -13,7 +13,8 @@ import threading
 import numpy as np
 import onnxruntime
 
-from onnxwrapper.kernel import __version__, ort_type_to_numpy
+from onnxwrapper.kernel import __version__ as onnxwrapper_version
+from onnxwrapper.kernel import ort_type_to_numpy
 
 __all__ = ["sha256_file", "model_key", "user_model", "declared_types", "tensor_meta", "to_array", "array_meta",
            "tool_versions"]
@@ -124,4 +125,5 @@ def array_meta(name: str, arr: np.ndarray | None, key: str) -> dict:
 
 
 def tool_versions() -> dict:
-    return {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__}
+    """The versions captures and reports record: ``{"onnxwrapper": …, "onnxruntime": …}``."""
+    return {"onnxwrapper": onnxwrapper_version, "onnxruntime": onnxruntime.__version__}

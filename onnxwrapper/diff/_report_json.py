@@ -16,9 +16,7 @@ import json
 import math
 import os
 
-import onnxruntime
-
-from onnxwrapper.kernel import __version__
+from onnxwrapper.diff._capture_values import tool_versions
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "to_document", "write_json", "sanitize"]
 
@@ -53,7 +51,7 @@ def to_document(result) -> dict:
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__},
+        "tool": tool_versions(),
         "verdict": result.verdict,
         "state": result.state,
         "levels": _levels(result),
