@@ -208,7 +208,7 @@ def fragile_plan(model: onnx.ModelProto, activation_type: str, *, layernorms_bef
     """
     if not enabled:
         return FragilePlan(enabled=False)
-    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import QuantType  # on use: onnxruntime.quantization is only for quantizing
 
     fused = max(0, count_op(model, "LayerNormalization") - layernorms_before)
     chains = find_fragile_chains(model)

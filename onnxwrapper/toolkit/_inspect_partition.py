@@ -25,17 +25,19 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import onnx
+import onnxruntime
 
 import onnxwrapper
 from onnxwrapper._registry import default_registry
 from onnxwrapper.backends.qnn import QNN_OP_TYPES, qnn_rejection_reason
 from onnxwrapper.errors import PartitionError
-from onnxwrapper.kernel import is_static
+from onnxwrapper.kernel import PartitionReport, is_static
 from onnxwrapper.patches import PatchMatch
 
 __all__ = ["NodePrediction", "PartitionPrediction", "predict_partition_rules", "probe_partition", "map_session",
@@ -128,8 +130,6 @@ class PartitionPrediction:
         numbers ``get_partition().summary()`` gives at these shapes), or the rules' counts of model
         nodes marked as a prediction."""
         if self.session is not None:
-            from onnxwrapper.kernel import PartitionReport
-
             return PartitionReport.from_dict(self.session).with_source("compile", note="").summary()
         counts = ", ".join(f"{ep.replace('ExecutionProvider', '')} {n}" for ep, n in self.counts.items())
         if self.source == "session":
@@ -204,10 +204,6 @@ _MARK = "ONNXWRAPPER_PROBE_RESULT "
 def _child_main(argv: Sequence[str]) -> int:
     """Child side of :func:`probe_partition`: options JSON in ``argv[0]``; the model path in
     ``argv[1]``, else the model bytes on stdin."""
-    import tempfile
-
-    import onnxruntime
-
     opts = json.loads(argv[0])
     data = argv[1] if len(argv) > 1 else sys.stdin.buffer.read()
     so = onnxruntime.SessionOptions()

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import onnx
+from onnx import version_converter
 
 from onnxwrapper.errors import OnnxwrapperError
 
@@ -117,7 +118,6 @@ def upgrade_opset(model: onnx.ModelProto, needs: dict[int, str]) -> tuple[onnx.M
         return model, None
     target = max(pending)
     reasons = tuple(pending[v] for v in sorted(pending))
-    from onnx import version_converter
 
     try:
         converted = version_converter.convert_version(model, target)
