@@ -34,7 +34,7 @@ import onnx
 from onnxwrapper.diff import read_capture
 from onnxwrapper.errors import OnnxwrapperError
 from onnxwrapper.toolkit._fragile import FragilePlan
-from onnxwrapper.toolkit._opset import OpsetConversionError, OpsetUpgrade, default_opset
+from onnxwrapper.toolkit._opset import OpsetUpgrade, default_opset
 from onnxwrapper.toolkit._quantize_prepare import prepare_for_quantizer
 
 __all__ = ["PRECISIONS", "CalibrationError", "CalibrationSet", "FeedsDataReader", "QuantizeResult",
