@@ -26,7 +26,6 @@ import time
 import traceback
 
 import aipc_loader
-from aipc_loader import _patch
 from onnxwrapper import InferenceSession
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff import _batched
@@ -76,7 +75,7 @@ def _live(ns, options: dict) -> int:
         handle = start_capture(ns.capture, max_bytes=ns.max_bytes, max_calls_per_model=ns.max_calls_per_model,
                                metadata=meta)
         # number sessions in creation order, as `aipc -v` does
-        undo = _patch.add_session_listener(handle.writer.announce_session)
+        undo = aipc_loader.add_session_listener(handle.writer.announce_session)
     try:
         if ns.module:
             code = aipc_loader.run_module(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options)
