@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime
+import pytest
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
 from onnxwrapper.backends.qnn._runtime import ensure_registered
@@ -240,8 +241,7 @@ def p_set_ep_dynamic_options(qrt, f):
 
 def p_set_providers(qrt, f):
     s = _session(qrt, f)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with set_providers_warning(qrt), pytest.warns(UserWarning, match="not in available provider names"):
         invalid = _error(lambda: s.set_providers(["InvalidProvider"]))
     s = _session(qrt, f)
     with set_providers_warning(qrt):
@@ -250,9 +250,8 @@ def p_set_providers(qrt, f):
 
 
 def p_set_providers_qnn(qrt, f):
-    s = _session(qrt, f)
     with set_providers_warning(qrt):
-        s.set_providers(["QNNExecutionProvider"])
+        (s := _session(qrt, f)).set_providers(["QNNExecutionProvider"])
     return s.get_providers()
 
 
