@@ -10,8 +10,32 @@ import os
 from aipc._args import ArgGroup, Call, Plan, Ref, UsageError, absolute, parse_bracketed
 
 __all__ = ["ModelArgs", "DataLoaderArgs", "BackendArgs", "BackendsArgs", "ModelRunArgs", "GoldenArgs",
-           "GenScriptArgs"]
+           "GenScriptArgs", "parse_backend_options"]
 
+
+
+def parse_backend_options(items, labels) -> dict:
+    """``--backend-option LABEL:KEY=VALUE`` items → ``{label: {key: value}}`` (a value is JSON when it
+    parses as JSON, else the string), for ``aipc run MODEL`` and ``aipc diff``.
+
+    Raises:
+        UsageError: an item not of that form, or a label that is not one of ``labels``.
+    """
+    options: dict = {}
+    for item in items:
+        label, sep, rest = item.partition(":")
+        key, eq, value = rest.partition("=")
+        if not sep or not eq or not label or not key:
+            raise UsageError(f"--backend-option {item!r}: expected LABEL:KEY=VALUE, e.g. qnn:precision=fp32")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        options.setdefault(label, {})[key] = parsed
+    unknown = sorted(set(options) - set(labels))
+    if unknown:
+        raise UsageError(f"--backend-option for {', '.join(unknown)}, which is not in --backends")
+    return options
 
 class ModelArgs(ArgGroup):
     """Model: the ONNX model to run (a path ending in .onnx; an EPContext model from aipc compile too)"""
@@ -157,21 +181,7 @@ class BackendsArgs(ArgGroup):
         except (ValueError, BackendNotFoundError) as exc:
             raise UsageError(str(exc)) from exc
         self.reference = args.reference
-        options: dict = {}
-        for item in args.backend_option:
-            label, sep, rest = item.partition(":")
-            key, eq, value = rest.partition("=")
-            if not sep or not eq or not label or not key:
-                raise UsageError(f"--backend-option {item!r}: expected LABEL:KEY=VALUE, e.g. qnn:precision=fp32")
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                parsed = value
-            options.setdefault(label, {})[key] = parsed
-        unknown = sorted(set(options) - set(self.labels))
-        if unknown:
-            raise UsageError(f"--backend-option for {', '.join(unknown)}, which is not in --backends")
-        self.options = options
+        self.options = parse_backend_options(args.backend_option, self.labels)
         self.verbose = 0
 
 

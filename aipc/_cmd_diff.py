@@ -22,15 +22,14 @@ unavailable (or nothing was compared) · 64 usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from aipc._args import UsageError
 from aipc._args_compare import ToleranceArgs
-from onnxwrapper.diff import check, default_directory, localize_failures, parse_backends, run
-from onnxwrapper.diff._capture import parse_size
-from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
+from aipc._args_model import parse_backend_options
+from onnxwrapper.diff import (check, default_directory, default_jobs, estimate_run_memory, localize_failures,
+                              parse_backends, parse_size, report_paths, run)
 from onnxwrapper.errors import BackendNotFoundError
 
 EXIT_USAGE = 64
@@ -95,21 +94,6 @@ def _say(message: str) -> None:
 
 class _Usage(Exception):
     pass
-
-
-def _backend_options(items: list[str]) -> dict:
-    result: dict = {}
-    for item in items:
-        label, sep, rest = item.partition(":")
-        key, eq, value = rest.partition("=")
-        if not sep or not eq or not label or not key:
-            raise _Usage(f"--backend-option {item!r}: expected LABEL:KEY=VALUE, e.g. qnn:precision=fp32")
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            parsed = value
-        result.setdefault(label, {})[key] = parsed
-    return result
 
 
 def _tolerances(args):
@@ -216,10 +200,10 @@ def main(args: argparse.Namespace) -> int:
                 raise _Usage(f"--reference {args.reference}: name one of the runs ({', '.join(labels)})")
             if len(labels) < 2:
                 raise _Usage("give at least two runs to compare, e.g. --backends cpu,qnn")
-            options = _backend_options(args.backend_option)
-            unknown = set(options) - set(labels)
-            if unknown:
-                raise _Usage(f"--backend-option for {', '.join(sorted(unknown))}, which is not in --backends")
+            try:
+                options = parse_backend_options(args.backend_option, labels)
+            except UsageError as exc:
+                raise _Usage(str(exc)) from exc
             if not module and not os.path.isfile(target):
                 raise _Usage(f"script not found: {target}")
             directory = args.dir or default_directory()
@@ -245,8 +229,6 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         close_bars()
-    from onnxwrapper.diff._api import report_paths
-
     sys.stdout.write(result.table(color=sys.stdout.isatty()) + "\n")
     default_json, default_html = report_paths(result.directory or os.getcwd(), check=bool(args.check))
     written = [os.path.abspath(result.write_json(args.json or default_json))]

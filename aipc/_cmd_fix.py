@@ -23,8 +23,7 @@ import argparse
 import os
 import sys
 
-from onnxwrapper.diff import fix
-from onnxwrapper.diff._fix_candidates import REMEDIES
+from onnxwrapper.diff import REMEDIES, fix
 
 EXIT_USAGE = 64
 

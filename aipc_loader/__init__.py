@@ -9,6 +9,7 @@ Public API::
     run_script(path, args, *, backend="qnn", backend_options=None) -> int
     run_module(name, args, *, backend="qnn", backend_options=None) -> int
     LaunchError                                            # run_* could not start the code
+    add_session_listener(listener) -> remove               # called after each redirected session
 
 While active, ``onnxruntime.InferenceSession(...)`` — however the name was reached, before or
 after activation — builds an :class:`onnxwrapper.InferenceSession` on the chosen backend, except
@@ -20,12 +21,13 @@ command). Importing this package patches nothing and does not import onnxruntime
 
 from __future__ import annotations
 
-from aipc_loader._patch import activated, install, is_active, uninstall
+from aipc_loader._patch import activated, add_session_listener, install, is_active, uninstall
 from aipc_loader._script import LaunchError, run_module, run_script
 
 __all__ = [
     "LaunchError",
     "activated",
+    "add_session_listener",
     "install",
     "is_active",
     "run_module",

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime
+import pytest
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
 from onnxwrapper.backends.qnn._runtime import ensure_registered
 from onnxwrapper.kernel import PartialOffloadWarning
 from tests import models
-from tests.qnn_flavours import default_qnn_ep_options
+from tests.qnn_flavours import default_qnn_ep_options, set_providers_warning
 
 X = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], np.float32)
 
@@ -240,17 +241,17 @@ def p_set_ep_dynamic_options(qrt, f):
 
 def p_set_providers(qrt, f):
     s = _session(qrt, f)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with set_providers_warning(qrt), pytest.warns(UserWarning, match="not in available provider names"):
         invalid = _error(lambda: s.set_providers(["InvalidProvider"]))
     s = _session(qrt, f)
-    s.set_providers(["CPUExecutionProvider"])
+    with set_providers_warning(qrt):
+        s.set_providers(["CPUExecutionProvider"])
     return invalid, s.get_providers(), bool(np.array_equal(s.run(None, {"X": X})[0], X * X))
 
 
 def p_set_providers_qnn(qrt, f):
-    s = _session(qrt, f)
-    s.set_providers(["QNNExecutionProvider"])
+    with set_providers_warning(qrt):
+        (s := _session(qrt, f)).set_providers(["QNNExecutionProvider"])
     return s.get_providers()
 
 

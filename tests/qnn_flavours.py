@@ -11,9 +11,11 @@ configuration, which is process-global.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import onnxruntime
+import pytest
 
 import onnxwrapper
 
@@ -33,6 +35,9 @@ class OrtQnn:
     name = "onnxruntime+qnn"
     SessionOptions = onnxruntime.SessionOptions
     RunOptions = onnxruntime.RunOptions
+    #: ``set_providers`` re-creates the session with explicit providers over SessionOptions that already
+    #: name the QNN EP (how this flavour registers it), and ORT warns about that
+    SET_PROVIDERS_WARNING = "SessionOptions has already been configured with providers"
 
     @staticmethod
     def InferenceSession(model, sess_options=None, providers=None, provider_options=None, **kwargs):
@@ -50,6 +55,7 @@ class OnnxwrapperQnn:
     name = "onnxwrapper"
     SessionOptions = onnxwrapper.SessionOptions
     RunOptions = onnxwrapper.RunOptions
+    SET_PROVIDERS_WARNING = None  # the qnn backend re-creates its session without a warning
 
     @staticmethod
     def InferenceSession(model, sess_options=None, providers=None, provider_options=None, **kwargs):
@@ -58,3 +64,10 @@ class OnnxwrapperQnn:
 
 
 FLAVOURS = {OrtQnn.name: OrtQnn, OnnxwrapperQnn.name: OnnxwrapperQnn}
+
+
+def set_providers_warning(flavour):
+    """A context expecting the warning ``flavour``'s ``set_providers`` gives (onnxwrapper's: none)."""
+    if flavour.SET_PROVIDERS_WARNING is None:
+        return contextlib.nullcontext()
+    return pytest.warns(UserWarning, match=flavour.SET_PROVIDERS_WARNING)

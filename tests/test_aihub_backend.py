@@ -250,7 +250,7 @@ def test_nothing_is_uploaded_unless_aihub_is_selected(hub, tmp_path, monkeypatch
 def test_real_client_missing_is_unavailable_with_the_install_hint(monkeypatch, tmp_path):
     from onnxwrapper._registry import default_registry
 
-    monkeypatch.setitem(sys.modules, "qai_hub", None)  # not installed (the project's test env has no qai-hub)
+    monkeypatch.setitem(sys.modules, "qai_hub", None)  # as if not installed (the `test` extra installs the real one)
     default_registry().reload()
     try:
         path = _write(tmp_path, "mul.onnx", models.mul_1())

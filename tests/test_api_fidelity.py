@@ -222,7 +222,8 @@ def test_set_providers_and_fallback_toggles(rt, mul_1_path):
     sess = rt.InferenceSession(str(mul_1_path))
     sess.set_providers(["CPUExecutionProvider"])
     assert sess.get_providers() == ["CPUExecutionProvider"]
-    expect_error(lambda: sess.set_providers(["InvalidProvider"]), RuntimeError, "Unknown Provider Type: InvalidProvider")
+    with pytest.warns(UserWarning, match="'InvalidProvider' is not in available provider names"):
+        expect_error(lambda: sess.set_providers(["InvalidProvider"]), RuntimeError, "Unknown Provider Type: InvalidProvider")
     sess2 = rt.InferenceSession(str(mul_1_path))
     sess2.disable_fallback()
     assert sess2._enable_fallback is False

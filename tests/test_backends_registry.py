@@ -161,7 +161,8 @@ class _RefusingSession(OrtBackendSession):
 def test_set_providers_on_an_npu_backend_checks_like_ort_then_reopens(fakes, monkeypatch):
     sess = onnxwrapper.InferenceSession(models.mul_1(), backend="fakenpu", backend_options={"level": 2})
     first = sess.backend_session
-    with pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
+    with pytest.warns(UserWarning, match="'InvalidProvider' is not in available provider names"), \
+            pytest.raises(RuntimeError, match="Unknown Provider Type: InvalidProvider"):
         sess.set_providers(["InvalidProvider"])
     with pytest.raises(ValueError, match="should be the same length"):
         sess.set_providers(["CPUExecutionProvider"], [{}, {}])

@@ -19,60 +19,33 @@ like the real ones there, and each test fails on a backend that breaks the rule:
 from __future__ import annotations
 
 import pathlib
-import sys
 
 import numpy as np
 import pytest
+from onnx import TensorProto as T
+from packaging.requirements import Requirement
 
 import onnxwrapper as ow
 from onnxwrapper.errors import ArtifactError
 from tests import models
+from tests.fake_foreign import cases, fake_qai_appbuilder, fake_qairt_sdk, fq
 
-FAKES = pathlib.Path(__file__).parent / "fakes"
 REPO = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(FAKES))
-import fake_qnn_graph as fq  # noqa: E402
-import foreign_cases as cases  # noqa: E402
-from fake_backends import plugged_in  # noqa: E402
-from fake_qairt import make_fake_sdk  # noqa: E402
-
-sys.path.remove(str(FAKES))
-
 X = np.random.default_rng(7).random((1, 3, 8, 8), dtype=np.float32)
-
-
-def _drop_fake_modules() -> None:
-    for name in [m for m in sys.modules if m == "qai_appbuilder" or m.startswith("qai_appbuilder.")]:
-        del sys.modules[name]
 
 
 @pytest.fixture
 def qai(monkeypatch):
-    """The FAKE qai_appbuilder behind the ``qai`` plugin (as in test_qai_backend.py)."""
-    _drop_fake_modules()
-    monkeypatch.syspath_prepend(str(FAKES))
-    with plugged_in(qai="fake_backends:FakeQaiBackend"):
-        import qai_appbuilder
-
-        qai_appbuilder._fake.reset()
-        yield qai_appbuilder
-    _drop_fake_modules()
+    """The FAKE qai_appbuilder behind the ``qai`` plugin (:func:`tests.fake_foreign.fake_qai_appbuilder`)."""
+    with fake_qai_appbuilder(monkeypatch) as module:
+        yield module
 
 
 @pytest.fixture
 def snpe(tmp_path, monkeypatch):
     """The FAKE QAIRT SDK behind the ``snpe`` plugin; returns the argv log reader."""
-    import json
-
-    from onnxwrapper.backends import snpe as snpe_module
-
-    root = make_fake_sdk(tmp_path / "qairt", snpe_module.host_arch_dirs()[0])
-    log = tmp_path / "snpe-net-run.log"
-    monkeypatch.setenv("QAIRT_SDK_ROOT", root)
-    monkeypatch.delenv("SNPE_ROOT", raising=False)
-    monkeypatch.setenv("FAKE_SNPE_LOG", str(log))
-    with plugged_in(snpe="fake_backends:FakeSnpeBackend"):
-        yield lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    with fake_qairt_sdk(tmp_path, monkeypatch) as log:
+        yield log
 
 
 # -- 1. snpe: native files need a userbuffer flag --------------------------------------------------
@@ -133,8 +106,6 @@ def test_double_returns_nothing_in_float_mode_for_signed_fixed_point(qai, tmp_pa
 
 
 def test_qai_uses_native_mode_for_signed_fixed_point_integers(qai, tmp_path):
-    from onnx import TensorProto as T
-
     onnx_path = tmp_path / "q.onnx"
     onnx_path.write_bytes(models.identity(T.INT8, (1, 4)))
     fq.write_artifact(tmp_path / "q.htp.bin", [fq.graph("q", str(onnx_path), [fq.tensor("X", [1, 4], "sfp8", scale=0.1,
@@ -176,8 +147,6 @@ def test_double_fails_a_perf_profile_release_after_the_last_context(qai, tmp_pat
     ("linux", "x86_64", "3.12", False)])
 def test_qai_extra_marker(platform, machine, python, expected):
     tomllib = pytest.importorskip("tomllib")
-    from packaging.requirements import Requirement
-
     extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["qai"]
     (requirement,) = [Requirement(r) for r in extra]
     assert requirement.name == "qai-appbuilder" and requirement.marker is not None

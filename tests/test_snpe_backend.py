@@ -7,26 +7,19 @@ of the backend — not SNPE itself. Every ``run`` starts the fake tool as a proc
 
 from __future__ import annotations
 
-import json
-import pathlib
-import sys
-
 import numpy as np
+import onnxruntime
 import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
 import onnxwrapper as ow
 from onnxwrapper._registry import default_registry
+from onnxwrapper.backends import snpe
 from onnxwrapper.errors import ArtifactError
-
-FAKES = pathlib.Path(__file__).parent / "fakes"
-sys.path.insert(0, str(FAKES))
-import fake_qnn_graph as fq  # noqa: E402
-import foreign_cases as cases  # noqa: E402
-from fake_backends import FakeSnpeBackend, plugged_in  # noqa: E402
-from fake_qairt import make_fake_sdk  # noqa: E402
-
-sys.path.remove(str(FAKES))
+from tests import models
+from tests.fake_foreign import FAKES, FakeSnpeBackend, cases, drop_fake_qai_appbuilder, fake_qairt_sdk, fq
 
 X = np.random.default_rng(2).random((1, 3, 8, 8), dtype=np.float32)
 
@@ -34,16 +27,9 @@ X = np.random.default_rng(2).random((1, 3, 8, 8), dtype=np.float32)
 @pytest.fixture
 def sdk(tmp_path, monkeypatch):
     """A FAKE SDK in QAIRT_SDK_ROOT, run by the FakeSnpeBackend plugin (entry point ``snpe``);
-    returns the argv log reader."""
-    from onnxwrapper.backends import snpe
-
-    root = make_fake_sdk(tmp_path / "qairt", snpe.host_arch_dirs()[0])
-    log = tmp_path / "snpe-net-run.log"
-    monkeypatch.setenv("QAIRT_SDK_ROOT", root)
-    monkeypatch.delenv("SNPE_ROOT", raising=False)
-    monkeypatch.setenv("FAKE_SNPE_LOG", str(log))
-    with plugged_in(snpe="fake_backends:FakeSnpeBackend"):
-        yield lambda: [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    returns the argv log reader (:func:`tests.fake_foreign.fake_qairt_sdk`)."""
+    with fake_qairt_sdk(tmp_path, monkeypatch) as log:
+        yield log
 
 
 def open_snpe(model, **options):
@@ -93,8 +79,6 @@ def test_quantized_dlc_uses_float_raw_files(sdk, tmp_path):
 
 
 def test_bad_inputs_raise_what_ort_raises(sdk, tmp_path):
-    import onnxruntime
-
     onnx_path, _ = cases.conv(tmp_path, "conv.dlc")
     sess, ref = open_snpe(onnx_path), onnxruntime.InferenceSession(onnx_path)
     for feed, names in (({}, None), ({"X": X.astype(np.float64)}, None), ({"X": X[:, :2]}, None), ({"X": X}, ["z"])):
@@ -130,11 +114,6 @@ def test_tool_failures_raise(sdk, tmp_path, monkeypatch):
 
 
 def test_output_names_with_separators(sdk, tmp_path):
-    from onnx import TensorProto as T
-    from onnx import helper as h
-
-    from tests import models
-
     g = h.make_graph([h.make_node("Relu", ["x"], ["block/out:0"])], "sep", [h.make_tensor_value_info("x", T.FLOAT, [4])],
                      [h.make_tensor_value_info("block/out:0", T.FLOAT, [4])])
     onnx_path = tmp_path / "sep.onnx"
@@ -160,8 +139,6 @@ def test_missing_sdk_and_missing_dlc(sdk, tmp_path, monkeypatch):
 
 
 def test_fake_sdk_is_labelled_by_its_plugin_not_detected(sdk, monkeypatch):
-    from onnxwrapper.backends import snpe
-
     av = FakeSnpeBackend.probe()
     assert av.available and av.simulated and not av.real_npu and "FAKE" in av.reason
     real = snpe.SnpeBackend.probe()  # the production class treats the tree as any SDK: no detection
@@ -175,8 +152,7 @@ def test_dlc_alone_and_qai_engine(sdk, tmp_path, monkeypatch):
     assert [i.name for i in sess.get_inputs()] == ["a.in", "b/in"]
     np.testing.assert_array_equal(sess.run(["prod.out"], feed)[0], cases.reference(onnx_path, feed, ["prod.out"])[0])
     # engine qai_appbuilder: the same DLC through the FAKE qai_appbuilder's QNNContext
-    for name in [m for m in sys.modules if m.startswith("qai_appbuilder")]:
-        del sys.modules[name]
+    drop_fake_qai_appbuilder()
     monkeypatch.syspath_prepend(str(FAKES))
     default_registry().unregister("qai")
     via_qai = open_snpe(onnx_path, engine="qai_appbuilder")
@@ -185,18 +161,15 @@ def test_dlc_alone_and_qai_engine(sdk, tmp_path, monkeypatch):
         np.testing.assert_array_equal(got, want)
     via_qai.close()
     default_registry().unregister("qai")
-    for name in [m for m in sys.modules if m.startswith("qai_appbuilder")]:
-        del sys.modules[name]
+    drop_fake_qai_appbuilder()
 
 
 def test_parse_dlc_info_tables():
-    from onnxwrapper.backends.snpe import parse_dlc_info
-
     piped = ("DLC info for: m.dlc\n| Input Name | Dimensions | Type | Encoding Info |\n|---|---|---|---|\n"
              "| images | 1,640,640,3 | uFxp_8 | bw 8 |\n| Output Name | Dimensions | Type | Encoding Info |\n"
              "| out0 | 1x84x8400 | Float_32 | - |\nTotal parameters: 7\n")
-    ins, outs = parse_dlc_info(piped, "m.dlc")
+    ins, outs = snpe.parse_dlc_info(piped, "m.dlc")
     assert [(t.name, t.shape, t.type.name, t.type.quantized) for t in ins] == [("images", (1, 640, 640, 3), "uFxp_8", True)]
     assert outs[0].shape == (1, 84, 8400) and outs[0].type.storage == np.float32
     with pytest.raises(ArtifactError, match="no input/output tensor table"):
-        parse_dlc_info("Total parameters: 0\n", "m.dlc")
+        snpe.parse_dlc_info("Total parameters: 0\n", "m.dlc")

@@ -47,7 +47,7 @@ class SystemClock:
 
     @staticmethod
     def sleep(seconds: float) -> None:
-        """``time.sleep(seconds)``."""
+        """Wait ``seconds`` of wall-clock time (``time.sleep``)."""
         time.sleep(seconds)
 
 

@@ -21,10 +21,10 @@ import numpy as np
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
 from onnxwrapper.backends import _foreign_io as fio
+from onnxwrapper.backends._foreign_session import OpenedMetadata
 from onnxwrapper.backends.aihub._compile import CompiledTarget, TargetCompiler
 from onnxwrapper.backends.aihub._jobs import HubCalls
 from onnxwrapper.backends.aihub._profile import DeviceProfile
-from onnxwrapper.backends.base import ForeignBackendSession
 from onnxwrapper.errors import BackendCapabilityError, RemoteJobError
 from onnxwrapper.kernel import check_output_names, validate_feed
 
@@ -39,7 +39,7 @@ class _Spec:
     profile: DeviceProfile | None = None
 
 
-class AihubSession(ForeignBackendSession):
+class AihubSession(OpenedMetadata):
     """A model compiled on AI Hub for one device; created by ``AihubBackend.open``.
 
     Args:
@@ -52,33 +52,13 @@ class AihubSession(ForeignBackendSession):
 
     def __init__(self, *, calls: HubCalls, compiler: TargetCompiler, device, config: dict, inputs, outputs,
                  modelmeta, unknown, dynamic, provider: str, provider_options: dict, sess_options) -> None:
+        super().__init__(inputs=inputs, outputs=outputs, modelmeta=modelmeta, providers=[provider],
+                         provider_options={provider: provider_options}, sess_options=sess_options)
         self._calls, self._compiler, self._device, self._cfg = calls, compiler, device, config
-        self._inputs, self._outputs, self._meta, self._unknown = list(inputs), list(outputs), modelmeta, set(unknown)
-        self._dynamic = tuple(dynamic)
-        self._provider, self._provider_options, self._sess_options = provider, dict(provider_options), sess_options
+        self._unknown, self._dynamic = set(unknown), tuple(dynamic)
         self._specs: OrderedDict[tuple, _Spec] = OrderedDict()
         self._latest: _Spec | None = None
         self._lock = threading.RLock()
-        self._closed = False
-
-    # -- metadata (ORT's names, shapes and dtypes of the ONNX model) ------------------------------------
-    def get_inputs(self) -> list:
-        return list(self._inputs)
-
-    def get_outputs(self) -> list:
-        return list(self._outputs)
-
-    def get_modelmeta(self):
-        return self._meta
-
-    def get_providers(self) -> list[str]:
-        return [self._provider]
-
-    def get_provider_options(self) -> dict:
-        return {self._provider: dict(self._provider_options)}
-
-    def get_session_options(self):
-        return self._sess_options if self._sess_options is not None else super().get_session_options()
 
     # -- specializations ------------------------------------------------------------------------------
     def prepare(self, shapes: dict | None = None) -> CompiledTarget:

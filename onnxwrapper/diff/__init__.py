@@ -20,6 +20,10 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
   :meth:`DiffResult.assert_passed` raise :class:`DiffAssertionError` with the console table;
 * **repair** — :func:`fix` turns a failing diff into a verified repair recipe (:class:`FixResult`;
   ``aipc fix``, docs/repair.md).
+* **building blocks** (for ``aipc`` and :mod:`onnxwrapper.toolkit`) — :func:`candidate_tensors` /
+  :func:`expose_tensors` make a model's intermediate tensors graph outputs (in memory);
+  :func:`parse_size`, :func:`default_jobs` / :func:`estimate_run_memory` (how many runs at once),
+  :func:`report_paths` and :data:`REMEDIES` (the remedy kinds :func:`fix` tries).
 
 Importing this package imports numpy and onnxwrapper only (no matplotlib, no backend SDK).
 """
@@ -27,12 +31,13 @@ Importing this package imports numpy and onnxwrapper only (no matplotlib, no bac
 from __future__ import annotations
 
 from onnxwrapper.diff import _metrics as metrics
-from onnxwrapper.diff._api import check, compare, default_directory, parse_backends, run
+from onnxwrapper.diff._api import check, compare, default_directory, parse_backends, report_paths, run
 from onnxwrapper.diff._assert import assert_backends_agree, assert_close
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._model_compare import compare_model_runs
 from onnxwrapper.diff._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs
 from onnxwrapper.diff._model_run import ModelRuns, Timing, run_model
+from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
 from onnxwrapper.diff._tensor_files import TensorSet, read_tensors, save_tensors
 from onnxwrapper.diff._capture import (
     DEFAULT_MAX_BYTES,
@@ -53,7 +58,10 @@ from onnxwrapper.diff._capture_reader import (
     read_capture,
 )
 from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._expose import candidate_tensors, expose_tensors
+from onnxwrapper.diff._files import parse_size
 from onnxwrapper.diff._fix import fix
+from onnxwrapper.diff._fix_candidates import REMEDIES
 from onnxwrapper.diff._fix_report import FixResult
 from onnxwrapper.diff._result import (
     EXIT_BACKEND_FAILED,
@@ -80,13 +88,14 @@ from onnxwrapper.diff._tolerance import (
 )
 
 __all__ = [  # sorted (tests/test_architecture.py); a literal list, so type checkers see the exports
-    "AppComparison", "BackendRun", "Call", "CallComparison", "Capture", "CaptureFormatError",
-    "CaptureHandle", "CaptureLimitWarning", "CaptureWriter", "DEFAULT_MAX_BYTES", "DiffAssertionError",
-    "DiffResult", "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "FORMAT",
-    "FORMAT_VERSION", "FixResult", "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS",
-    "STATES", "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances",
-    "assert_backends_agree", "assert_close", "check", "compare", "compare_arrays", "compare_captures",
-    "compare_model_runs", "default_directory", "error_budget", "fix", "generate_inputs", "load_data_loader",
-    "load_inputs", "localize_failures", "metrics", "parse_backends", "parse_tol_override", "precision_for",
-    "read_capture", "read_tensors", "run", "run_model", "save_tensors", "snr_bar_db", "start_capture",
+    "AppComparison", "BackendRun", "Call", "CallComparison", "Capture", "CaptureFormatError", "CaptureHandle",
+    "CaptureLimitWarning", "CaptureWriter", "DEFAULT_MAX_BYTES", "DiffAssertionError", "DiffResult",
+    "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "FORMAT", "FORMAT_VERSION", "FixResult",
+    "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS", "REMEDIES", "STATES",
+    "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances", "assert_backends_agree",
+    "assert_close", "candidate_tensors", "check", "compare", "compare_arrays", "compare_captures",
+    "compare_model_runs", "default_directory", "default_jobs", "error_budget", "estimate_run_memory",
+    "expose_tensors", "fix", "generate_inputs", "load_data_loader", "load_inputs", "localize_failures", "metrics",
+    "parse_backends", "parse_size", "parse_tol_override", "precision_for", "read_capture", "read_tensors",
+    "report_paths", "run", "run_model", "save_tensors", "snr_bar_db", "start_capture",
 ]

@@ -13,10 +13,12 @@ import os
 import tempfile
 from typing import Callable, Iterable, Mapping
 
+from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._app_level import NONE, STDOUT, judge_app, needs_rerun
 from onnxwrapper.diff._batched import device_notes
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
 from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
+from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._orchestrate import Target, run_child
@@ -38,11 +40,7 @@ def report_paths(directory: str, check: bool = False) -> tuple[str, str]:
     if not check:
         return os.path.join(directory, "report.json"), os.path.join(directory, "report.html")
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    base, n = os.path.join(directory, f"report-check-{stamp}"), 1
-    stem = base
-    while os.path.exists(stem + ".json") or os.path.exists(stem + ".html"):
-        n += 1
-        stem = f"{base}-{n}"
+    stem = unused_stem(os.path.join(directory, f"report-check-{stamp}"), (".json", ".html"))
     return stem + ".json", stem + ".html"
 
 
@@ -64,8 +62,6 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
         onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
         ValueError: empty list, or a label given twice.
     """
-    from onnxwrapper._registry import default_registry
-
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     result: dict[str, str] = {}
     for item in (i.strip() for i in items):
@@ -162,8 +158,6 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     compare_output = _app_items(compare_output)
     labels = parse_backends(backends)
     if reference not in labels:
-        from onnxwrapper._registry import default_registry
-
         labels = {reference: default_registry().resolve(reference), **labels}
     options = {label: dict((backend_options or {}).get(label) or {}) for label in labels}
     unknown = set(backend_options or {}) - set(labels)

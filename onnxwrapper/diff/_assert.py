@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from onnxwrapper.diff._api import run
 from onnxwrapper.diff._compare import compare_arrays
 from onnxwrapper.diff._result import DiffAssertionError, DiffResult
 from onnxwrapper.diff._tolerance import Tolerance
@@ -20,7 +21,6 @@ def assert_backends_agree(target, args: Iterable[str] = (), **kwargs) -> DiffRes
     Keyword arguments are those of :func:`run`. Returns the result when it passed.
     """
     __tracebackhide__ = True
-    from onnxwrapper.diff._api import run
 
     result = run(target, args, **kwargs)
     result.assert_passed()

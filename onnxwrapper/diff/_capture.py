@@ -46,6 +46,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from onnxwrapper import add_run_observer
 from onnxwrapper.diff._capture_values import (array_meta, declared_types, model_key, sha256_file, tensor_meta,
                                               to_array, tool_versions, user_model)
 from onnxwrapper.diff._files import atomic_write, fmt_bytes, jsonable, parse_size, write_npz
@@ -390,8 +391,6 @@ def start_capture(directory, *, max_bytes: int | str = DEFAULT_MAX_BYTES, max_ca
     Returns:
         A :class:`CaptureHandle`; call ``.stop()`` (or use ``with``) to finalize.
     """
-    from onnxwrapper import add_run_observer
-
     writer = CaptureWriter(directory, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model,
                            store_models=store_models, metadata=metadata)
     return CaptureHandle(writer, add_run_observer(writer.observe))

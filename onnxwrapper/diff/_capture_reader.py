@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from onnxwrapper.diff._capture import FORMAT, FORMAT_VERSION
+from onnxwrapper.diff._capture_values import sha256_file
 
 __all__ = ["CaptureFormatError", "TensorSpec", "ModelInfo", "SessionInfo", "Call", "Capture", "read_capture"]
 
@@ -83,8 +84,6 @@ class ModelInfo:
             with open(self.stored, "rb") as f:
                 return f.read()
         if self.path and os.path.isfile(self.path):
-            from onnxwrapper.diff._capture_values import sha256_file
-
             if sha256_file(self.path) == self.sha256:
                 return self.path
             raise FileNotFoundError(f"Model {self.key}: {self.path} changed since the capture "

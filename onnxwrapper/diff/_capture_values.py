@@ -11,6 +11,10 @@ import re
 import threading
 
 import numpy as np
+import onnxruntime
+
+from onnxwrapper.kernel import __version__ as onnxwrapper_version
+from onnxwrapper.kernel import ort_type_to_numpy
 
 __all__ = ["sha256_file", "model_key", "user_model", "declared_types", "tensor_meta", "to_array", "array_meta",
            "tool_versions"]
@@ -76,8 +80,6 @@ def user_model(session) -> tuple[str | None, bytes | None]:
 def declared_types(session) -> dict:
     """``{input name: numpy dtype}`` from the session's declared inputs (empty when unknown)."""
     try:
-        from onnxwrapper.kernel import ort_type_to_numpy
-
         return {i.name: ort_type_to_numpy(i.type) for i in session.get_inputs()}
     except Exception:  # metadata unavailable: lists are recorded as numpy infers them
         return {}
@@ -123,8 +125,5 @@ def array_meta(name: str, arr: np.ndarray | None, key: str) -> dict:
 
 
 def tool_versions() -> dict:
-    import onnxruntime
-
-    from onnxwrapper.kernel import __version__
-
-    return {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__}
+    """The versions captures and reports record: ``{"onnxwrapper": …, "onnxruntime": …}``."""
+    return {"onnxwrapper": onnxwrapper_version, "onnxruntime": onnxruntime.__version__}

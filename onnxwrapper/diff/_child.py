@@ -18,11 +18,22 @@ nothing more; the orchestrator then reports the signal. Exit code: the script's 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
 import time
 import traceback
+
+import aipc_loader
+from onnxwrapper import InferenceSession
+from onnxwrapper._registry import default_registry
+from onnxwrapper.diff import _batched
+from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, CaptureWriter, start_capture
+from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._expose import run_exposed
+from onnxwrapper.diff._model_child import serve_model_request
+from onnxwrapper.errors import BackendError
 
 EXIT_UNAVAILABLE = 3
 EXIT_BAD_ARGS = 4
@@ -39,9 +50,6 @@ def _write_status(directory: str, status: str, exit_code: int, message: str = ""
 
 def _check_backend(name: str, options: dict) -> tuple[str | None, str]:
     """``(None, "")`` when usable, else ``(status, message)``."""
-    from onnxwrapper._registry import default_registry
-    from onnxwrapper.errors import BackendError
-
     registry = default_registry()
     try:
         cls = registry.get(name)
@@ -59,11 +67,6 @@ def _check_backend(name: str, options: dict) -> tuple[str | None, str]:
 
 
 def _live(ns, options: dict) -> int:
-    import aipc_loader
-    from aipc_loader import _patch
-
-    from onnxwrapper.diff._capture import start_capture
-
     meta = {"mode": "live", "backend": ns.backend, "backend_options": options,
             "target": {"module": ns.module, "argv": list(ns.argv)}}
     handle = None
@@ -72,7 +75,7 @@ def _live(ns, options: dict) -> int:
         handle = start_capture(ns.capture, max_bytes=ns.max_bytes, max_calls_per_model=ns.max_calls_per_model,
                                metadata=meta)
         # number sessions in creation order, as `aipc -v` does
-        undo = _patch.add_session_listener(handle.writer.announce_session)
+        undo = aipc_loader.add_session_listener(handle.writer.announce_session)
     try:
         if ns.module:
             code = aipc_loader.run_module(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options)
@@ -90,11 +93,6 @@ def _live(ns, options: dict) -> int:
 
 
 def _replay(ns, options: dict) -> int:
-    from onnxwrapper import InferenceSession
-    from onnxwrapper.diff import _batched
-    from onnxwrapper.diff._capture import CaptureWriter
-    from onnxwrapper.diff._capture_reader import read_capture
-
     ref = read_capture(ns.replay)
     writer = CaptureWriter(ns.capture, max_bytes=ns.max_bytes, max_calls_per_model=ns.max_calls_per_model,
                            metadata={"mode": "replay", "backend": ns.backend, "backend_options": options,
@@ -156,8 +154,6 @@ def _replay(ns, options: dict) -> int:
 
 
 def _expose(ns, options: dict) -> int:
-    from onnxwrapper.diff._expose import run_exposed
-
     with open(ns.expose, encoding="utf-8") as f:
         request = json.load(f)
     try:
@@ -189,14 +185,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one backend as described in the module docstring; returns the exit code."""
-    import faulthandler
-
     faulthandler.enable()  # a native crash (SIGSEGV in a backend) prints the Python stack to stderr
     ns = _parser().parse_args(argv)
     if ns.argv and ns.argv[0] == "--":
         ns.argv = ns.argv[1:]
-    from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES
-
     ns.max_bytes = ns.max_bytes if ns.max_bytes is not None else DEFAULT_MAX_BYTES
     try:
         options = json.loads(ns.backend_options)
@@ -213,8 +205,6 @@ def main(argv: list[str] | None = None) -> int:
     if ns.expose:
         return _expose(ns, options)
     if ns.model_request:
-        from onnxwrapper.diff._model_child import serve_model_request
-
         return serve_model_request(ns.model_request, ns.backend, options, ns.capture, _write_status)
     if ns.replay:
         return _replay(ns, options)

@@ -24,9 +24,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 
 from onnxwrapper.diff._capture_reader import Capture
-from onnxwrapper.diff._metrics import ArrayPair, compute_metrics
+from onnxwrapper.diff._class_scores import class_score_outputs
+from onnxwrapper.diff._metrics import DEFAULT_METRICS, ArrayPair, compute_metrics
 from onnxwrapper.diff._result import FAILURE_KINDS, CallComparison, DiffResult, OutputSummary
 from onnxwrapper.diff._tolerance import AbsRelThreshold, NonFiniteThreshold, Tolerance, Tolerances, precision_for
 
@@ -82,8 +84,6 @@ def compare_arrays(y, r, tolerance: Tolerance | None = None, *, class_scores: bo
 
 
 def _metrics_for(tolerance: Tolerance):
-    from onnxwrapper.diff._metrics import DEFAULT_METRICS
-
     return DEFAULT_METRICS(tolerance.quantile)
 
 
@@ -111,10 +111,6 @@ def _model_facts(capture: Capture, key: str, cache: dict) -> tuple[set, set | No
     info = capture.models.get(key)
     if info is not None:
         try:
-            import onnx
-
-            from onnxwrapper.diff._class_scores import class_score_outputs
-
             source = info.model_source()
             proto = (onnx.load_model_from_string(source) if isinstance(source, bytes)
                      else onnx.load(source, load_external_data=False))

@@ -11,6 +11,10 @@ import os
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
+from onnx import helper
+
+from onnxwrapper import InferenceSession
 
 __all__ = ["Candidate", "candidate_tensors", "expose_tensors", "run_exposed", "load_model"]
 
@@ -30,8 +34,6 @@ class Candidate:
 
 def load_model(source):
     """An ``onnx.ModelProto`` from a path (external data loaded) or serialized bytes."""
-    import onnx
-
     if isinstance(source, bytes):
         return onnx.load_model_from_string(source)
     return onnx.load(source, load_external_data=True)
@@ -48,8 +50,6 @@ def candidate_tensors(model, input_shapes: dict | None = None) -> list[Candidate
     Returns:
         Candidates; tensors whose type cannot be inferred are included (``est_bytes=None``).
     """
-    import onnx
-
     types: dict[str, tuple[int, list]] = {}
     try:
         probe = onnx.ModelProto()
@@ -95,8 +95,6 @@ def expose_tensors(source, names: list[str]) -> bytes:
     Raises:
         ValueError: the rewritten model would exceed protobuf's 2 GiB limit.
     """
-    from onnx import helper
-
     model = load_model(source)
     present = {o.name for o in model.graph.output}
     for name in names:
@@ -116,8 +114,6 @@ def run_exposed(request: dict, backend: str, options: dict) -> None:
     ``request``: ``{"model": path, "expose": [names], "inputs": npz path, "output": npz path}``;
     the output .npz holds ``t<k>`` for ``expose[k]`` (tensors the backend could not return are absent).
     """
-    from onnxwrapper import InferenceSession
-
     data = expose_tensors(request["model"], request["expose"])
     sess = InferenceSession(data, backend=backend, backend_options=options)
     with np.load(request["inputs"], allow_pickle=False) as npz:

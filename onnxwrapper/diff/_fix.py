@@ -20,12 +20,17 @@ the confirmation run is skipped. The backend must take the ``repairs`` option (`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Callable, Iterable, Mapping
 
+import onnx
+
+from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
@@ -61,19 +66,9 @@ def _saved_report(directory: str) -> dict:
         return {}
 
 
-def _workroot(directory: str) -> str:
-    root, n = os.path.join(directory, "fix"), 1
-    while os.path.exists(root):
-        n += 1
-        root = os.path.join(directory, f"fix-{n}")
-    return root
-
-
 def _higher_precision(backend: str) -> str | None:
     """``"fp32"`` when the backend has a ``precision`` option that accepts it and is not a real NPU
     (the QNN HTP runs FP32 graphs in FP16 on devices; only its x86-64 simulator computes FP32)."""
-    from onnxwrapper._registry import default_registry
-
     try:
         cls = default_registry().get(backend)
         if "precision" not in cls.options or default_registry().probe(backend).real_npu:
@@ -85,8 +80,6 @@ def _higher_precision(backend: str) -> str | None:
 
 
 def _takes_repairs(backend: str) -> bool:
-    from onnxwrapper._registry import default_registry
-
     try:
         return "repairs" in default_registry().get(backend).options
     except Exception:  # noqa: BLE001
@@ -142,7 +135,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
             locs.setdefault((loc.backend, loc.model), loc.to_dict())
     runs = result_check.runs
     reference = read_capture(runs[result_check.reference].capture_dir)
-    root = _workroot(directory)
+    root = unused_stem(os.path.join(directory, "fix"))
     for label, model in failing:
         run_ = runs[label]
         mf = ModelFix(backend=label, model=model, sha256=reference.models[model].sha256,
@@ -165,8 +158,6 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
 
 def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies, workdir, max_calls, try_all,
                timeout, env, say) -> None:
-    import onnx
-
     info = reference.models[mf.model]
     proto = onnx.load_model_from_string(_model_bytes(info.model_source()))
     worst = [s.worst for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model
@@ -216,8 +207,6 @@ def _model_bytes(source) -> bytes:
 
 
 def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRecipe:
-    import dataclasses
-
     base = mf.baseline
     verified = {"backend": run_.backend, "options": {k: v for k, v in run_.options.items()}, "calls": trial.calls,
                 "worst_output": (trial.worst or {}).get("output"), "worst_snr_db": (trial.worst or {}).get("snr_db"),
@@ -246,9 +235,10 @@ def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cw
     options = {lb: dict(runs[lb].options, repairs={"file": result.recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
     say("confirming: the script again, with the recipe")
+    confirm_dir = unused_stem(os.path.join(directory, "fix")) + "-confirm"
     result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
                               backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
-                              backend_options=options, directory=_workroot(directory) + "-confirm",
+                              backend_options=options, directory=confirm_dir,
                               cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
                               compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
                               output_rtol=app.get("rtol"),

@@ -19,19 +19,20 @@ One process per run: the QNN configuration is process-global, and a native crash
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
 import time
 import traceback
 
+from onnxwrapper import InferenceSession
+from onnxwrapper.diff._capture import CaptureWriter
+from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._child import _write_status
+
 
 def _replay(request: dict) -> int:
-    from onnxwrapper import InferenceSession
-    from onnxwrapper.diff._capture import CaptureWriter
-    from onnxwrapper.diff._capture_reader import read_capture
-    from onnxwrapper.diff._child import _write_status
-
     out = request["capture"]
     ref = read_capture(request["reference"])
     wanted = {tuple(k) for k in request["calls"]}
@@ -86,8 +87,6 @@ def _replay(request: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the request named by ``argv[0]``; returns the exit code (0 ok, 1 failed, 4 bad request)."""
-    import faulthandler
-
     faulthandler.enable()
     argv = sys.argv[1:] if argv is None else argv
     try:

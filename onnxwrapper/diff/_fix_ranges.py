@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import onnx
+from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
 from onnxwrapper.diff._expose import candidate_tensors
 
@@ -31,8 +32,6 @@ def reference_ranges(model: onnx.ModelProto, feeds_list) -> tuple[dict, list]:
     Raises:
         Whatever onnxruntime raises for the model on its CPU EP.
     """
-    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
-
     cands = candidate_tensors(model)
     names = list(dict.fromkeys(c.tensor for c in cands))
     exposed = onnx.ModelProto()

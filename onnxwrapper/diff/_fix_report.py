@@ -8,6 +8,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from onnxwrapper.diff._report_json import sanitize
+
 __all__ = ["ModelFix", "FixResult", "FIX_SCHEMA"]
 
 FIX_SCHEMA = "onnxwrapper-fix-report"
@@ -171,8 +173,6 @@ class FixResult:
 
     def write_json(self, path) -> str:
         """Write :meth:`to_dict` (non-finite numbers as strings) atomically; returns the path."""
-        from onnxwrapper.diff._report_json import sanitize
-
         path = os.path.abspath(os.fspath(path))
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from onnx import TensorProto, helper
 
 from onnxwrapper.diff._metrics import FP16_MAX
 
@@ -223,8 +224,6 @@ def isolated_model(model, node, arrays: dict) -> bytes | None:
     """A model holding only ``node``, its initializers kept, its other inputs as graph inputs
     typed and shaped by ``arrays`` (the reference's values); ``None`` when the node cannot be
     isolated (subgraph attributes, an input without a value)."""
-    from onnx import TensorProto, helper
-
     if any(a.type in (5, 10) or a.g.ByteSize() or len(a.graphs) for a in node.attribute):  # GRAPH, GRAPHS
         return None
     inits = {i.name: i for i in model.graph.initializer}

@@ -13,18 +13,12 @@ import os
 from typing import Callable, Mapping
 
 from onnxwrapper.diff._capture_reader import read_capture
+from onnxwrapper.diff._files import unused_stem
+from onnxwrapper.diff._localize import localize
 from onnxwrapper.diff._orchestrate import run_child
-from onnxwrapper.diff._result import DiffResult
+from onnxwrapper.diff._result import DiffResult, Localization
 
 __all__ = ["localize_failures"]
-
-
-def _workroot(directory: str) -> str:
-    root, n = os.path.join(directory, "localize"), 1
-    while os.path.exists(root):
-        n += 1
-        root = os.path.join(directory, f"localize-{n}")
-    return root
 
 
 def localize_failures(result: DiffResult, *, timeout: float | None = None, progress: Callable | None = None,
@@ -45,8 +39,6 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
     Returns:
         The new :class:`~onnxwrapper.diff.Localization` objects (also appended to ``result``).
     """
-    from onnxwrapper.diff._localize import localize
-
     if not result.directory or result.reference not in result.runs:
         return []
     ref_run = result.runs[result.reference]
@@ -57,7 +49,7 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
         if summary.kind in ("tolerance", "nonfinite") and summary.worst is not None:
             targets.setdefault((summary.backend, summary.model), []).append(summary)
     done = []
-    root = _workroot(result.directory) if targets else ""
+    root = unused_stem(os.path.join(result.directory, "localize")) if targets else ""
     for (label, model), summaries in sorted(targets.items()):
         worst = min(summaries, key=lambda s: s.worst.metrics.get("snr_db", float("inf"))).worst
         call = by_key.get((worst.session, worst.index))
@@ -80,8 +72,6 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
                            progress=(lambda r, d, _l=label: progress(f"localize {_l} round {r}: {d}", r, 0))
                            if progress else None)
         except (OSError, ValueError) as exc:
-            from onnxwrapper.diff._result import Localization
-
             loc = Localization(backend=label, model=model, error=str(exc), message=f"localization failed: {exc}")
         loc.backend = label
         result.localizations.append(loc)

@@ -27,6 +27,10 @@ import sys
 import time
 import traceback
 
+from onnxwrapper import InferenceSession
+from onnxwrapper.diff._capture import CaptureWriter
+from onnxwrapper.diff._tensor_files import read_tensors
+
 __all__ = ["serve_model_request"]
 
 
@@ -39,10 +43,6 @@ def serve_model_request(request_path: str, backend: str, options: dict, capture_
     """Run the request at ``request_path`` on ``backend`` (module docstring); returns the exit code
     (0, or 1 after a failure). ``write_status(directory, status, exit_code, message, **extra)`` is
     the child's status writer."""
-    from onnxwrapper import InferenceSession
-    from onnxwrapper.diff._capture import CaptureWriter
-    from onnxwrapper.diff._tensor_files import read_tensors
-
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     feeds = read_tensors(request["inputs"], role="inputs").inputs

@@ -16,15 +16,18 @@ the ``cpu`` backend when the file does not name a backend that runs here.
 
 from __future__ import annotations
 
+import json
 import os
 from types import SimpleNamespace
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from onnxwrapper.diff._api import _judge, _relative_run, _write_manifest, as_tolerances
+from onnxwrapper._registry import default_registry
+from onnxwrapper.diff._api import MANIFEST, _judge, _relative_run, _write_manifest, as_tolerances
 from onnxwrapper.diff._app_level import NONE, judge_app
 from onnxwrapper.diff._capture import CaptureWriter
+from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._model_inputs import model_facts
 from onnxwrapper.diff._model_run import ModelRuns
 from onnxwrapper.diff._result import BackendRun, DiffResult
@@ -150,10 +153,6 @@ def compare_model_runs(runs: ModelRuns, *, reference: str | None = None, golden=
             not fit the model or were made from other inputs.
         FileNotFoundError: a golden file does not exist.
     """
-    import json
-
-    from onnxwrapper.diff._api import MANIFEST
-
     facts = model_facts(runs.model)
     notes: list[str] = []
     goldens = _golden_items(golden)
@@ -187,9 +186,6 @@ def compare_model_runs(runs: ModelRuns, *, reference: str | None = None, golden=
 
 
 def _localize(result: DiffResult, goldens: Mapping, timeout, progress) -> None:
-    from onnxwrapper._registry import default_registry
-    from onnxwrapper.diff._localize_runs import localize_failures
-
     ref = result.runs[result.reference]
     stand_in = None
     if result.reference in goldens:

@@ -19,14 +19,18 @@ Generated data (:func:`generate_inputs`, Polygraphy's conventions where it has t
 
 from __future__ import annotations
 
+import hashlib
 import os
 import runpy
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+import onnx
 
+from onnxwrapper.diff._capture_values import model_key, sha256_file
 from onnxwrapper.diff._tensor_files import TensorSet, read_tensors
+from onnxwrapper.kernel import node_args_from_onnx, ort_type_to_numpy, validate_feed
 
 __all__ = ["ModelInputs", "model_facts", "generate_inputs", "load_inputs", "load_data_loader", "check_inputs",
            "default_val_range", "DEFAULT_SEED"]
@@ -82,13 +86,6 @@ def model_facts(model) -> _Facts:
     Raises:
         FileNotFoundError: no such model file. ValueError: not an ONNX model.
     """
-    import hashlib
-
-    import onnx
-
-    from onnxwrapper.diff._capture_values import model_key, sha256_file
-    from onnxwrapper.kernel import node_args_from_onnx
-
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         if not os.path.isfile(path):
@@ -177,8 +174,6 @@ def generate_inputs(model, *, shapes: Mapping[str, Sequence[int]] | None = None,
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     facts = model_facts(model)
-    from onnxwrapper.kernel import ort_type_to_numpy
-
     names = [i.name for i in facts.inputs]
     ranges = _ranges(val_range, names)
     shapes = dict(shapes or {})
@@ -298,8 +293,6 @@ def check_inputs(input_specs: Sequence, iterations: Iterable[Mapping[str, Any]])
         ValueError / onnxruntime ``InvalidArgument``: exactly what onnxruntime raises, prefixed with the
             iteration.
     """
-    from onnxwrapper.kernel import validate_feed
-
     out = []
     for k, feed in enumerate(iterations):
         try:

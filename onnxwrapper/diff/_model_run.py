@@ -22,9 +22,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST_FORMAT, _relative_run, _write_manifest, parse_backends
 from onnxwrapper.diff._capture_reader import CaptureFormatError, read_capture
-from onnxwrapper.diff._model_inputs import ModelInputs, generate_inputs, model_facts
+from onnxwrapper.diff._model_inputs import ModelInputs, check_inputs, generate_inputs, model_facts
 from onnxwrapper.diff._orchestrate import read_status, run_child
 from onnxwrapper.diff._result import BackendRun
 from onnxwrapper.diff._tensor_files import save_tensors
@@ -231,8 +232,6 @@ def _stats(arr: np.ndarray) -> str:
 
 def _simulated(backend: str) -> bool:
     try:
-        from onnxwrapper._registry import default_registry
-
         return bool(default_registry().probe(backend).simulated)
     except Exception:  # noqa: BLE001 - unknown or broken backend: its run reports the problem
         return False
@@ -270,8 +269,6 @@ def run_model(model, inputs: ModelInputs | Sequence[Mapping[str, Any]] | None = 
     if inputs is None:
         inputs = generate_inputs(model_path)
     elif not isinstance(inputs, ModelInputs):
-        from onnxwrapper.diff._model_inputs import check_inputs
-
         inputs = ModelInputs(check_inputs(facts.inputs, list(inputs)), origin="given")
     if not inputs.iterations:
         raise ValueError("no inputs to run")

@@ -21,13 +21,14 @@ _DPI = 90
 def available() -> bool:
     """True when matplotlib can be imported."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (optional: the 'report' extra; the check is the import)
     except ImportError:
         return False
     return True
 
 
 def _figure(w: float = 4.6, h: float = 3.2):
+    # matplotlib is optional (the 'report' extra) and slow to import: imported on the first plot
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -60,7 +61,7 @@ def error_histogram(y: np.ndarray, r: np.ndarray, title: str = "", failed: bool 
         bins = np.logspace(lo, hi if hi > lo else lo + 1, 40)
         ax.hist(d, bins=bins, color="#c0392b" if failed else "#5d6d7e")
         ax.set_xscale("log")
-        from matplotlib.ticker import LogLocator, NullFormatter
+        from matplotlib.ticker import LogLocator, NullFormatter  # optional dependency: see _figure
 
         ax.xaxis.set_major_locator(LogLocator(base=10, numticks=6))
         ax.xaxis.set_minor_formatter(NullFormatter())
@@ -109,7 +110,7 @@ def error_per_call(per_call: list, title: str = "", bar: float | None = None) ->
     ax.scatter(xs[~passed], shown[~passed], s=14, color="#c0392b", label="fail")
     if bar is not None:
         ax.axhline(bar, color="#c0392b", linewidth=0.8, linestyle="--", label=f"bar {bar:.1f} dB")
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # optional dependency: see _figure
 
     if len(per_call) <= 12:
         ax.set_xticks(list(range(len(per_call))))

@@ -178,6 +178,7 @@ def render_table(result, *, color: bool = False, width: int | None = None) -> st
         if not r.ok and (r.cause or r.message):
             lines.append(f"      cause: {r.cause or r.message.splitlines()[0]}")
     if result.timings:
+        # on use: _model_run -> _api -> _result imports this module (an import cycle at module level)
         from onnxwrapper.diff._model_run import timing_lines
 
         lines += timing_lines(result.timings)

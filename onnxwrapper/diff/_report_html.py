@@ -18,6 +18,7 @@ import html
 import os
 
 from onnxwrapper.diff import _plots
+from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._report_console import fmt, fmt_metric
 
 __all__ = ["render_html", "write_html"]
@@ -55,8 +56,6 @@ def _read_text(path, limit: int = _STDOUT_CHARS) -> str:
 
 
 def _calls_by_seq(directory: str, cache: dict) -> dict:
-    from onnxwrapper.diff._capture_reader import read_capture
-
     if directory not in cache:
         cache[directory] = {c.seq: c for c in read_capture(directory).calls}
     return cache[directory]

@@ -16,6 +16,8 @@ import json
 import math
 import os
 
+from onnxwrapper.diff._capture_values import tool_versions
+
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "to_document", "write_json", "sanitize"]
 
 SCHEMA = "onnxwrapper-diff-report"
@@ -45,15 +47,11 @@ def sanitize(value):
 
 def to_document(result) -> dict:
     """The report document of a :class:`~onnxwrapper.diff.DiffResult` (a plain, JSON-safe dict)."""
-    import onnxruntime
-
-    from onnxwrapper.kernel import __version__
-
     doc = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tool": {"onnxwrapper": __version__, "onnxruntime": onnxruntime.__version__},
+        "tool": tool_versions(),
         "verdict": result.verdict,
         "state": result.state,
         "levels": _levels(result),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from onnxwrapper.diff import _report_console, _report_html, _report_json, _verdict
 from onnxwrapper.diff import _result_text as _text
 
 __all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "BackendRun", "CallComparison",
@@ -96,6 +97,7 @@ class BackendRun:
     __repr__ = _text.repr_backend_run
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-safe dict (the report's ``runs`` entries)."""
         return dict(self.__dict__)
 
 
@@ -133,9 +135,11 @@ class CallComparison:
 
     @property
     def passed(self) -> bool:
+        """True when the call's outputs are within tolerance."""
         return self.kind == "pass"
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-safe dict (the report's per-call entries)."""
         return dict(self.__dict__)
 
     __repr__ = _text.repr_call
@@ -170,9 +174,11 @@ class OutputSummary:
 
     @property
     def passed(self) -> bool:
+        """True when every compared call of this output is within tolerance."""
         return self.kind == "pass"
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: the fields, the tolerance as a dict and as text, the worst call."""
         d = {k: v for k, v in self.__dict__.items() if k not in ("tolerance", "worst")}
         d["tolerance"] = self.tolerance.to_dict()
         d["tolerance_text"] = self.tolerance.describe()
@@ -206,6 +212,7 @@ class AppComparison:
     explanation: str = ""
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: the fields, each compared item as a dict."""
         d = dict(self.__dict__)
         d["items"] = [i.to_dict() for i in self.items]
         return d
@@ -257,6 +264,7 @@ class Localization:
     notes: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
+        """The fields as a JSON-safe dict (the report's ``localizations`` entries)."""
         return dict(self.__dict__)
 
     __repr__ = _text.repr_localization
@@ -356,9 +364,7 @@ class DiffResult:
     def verdict_line(self) -> str:
         """The one-line verdict: state, which level failed and why (see
         :func:`onnxwrapper.diff._verdict.verdict_line`)."""
-        from onnxwrapper.diff._verdict import verdict_line
-
-        return verdict_line(self)
+        return _verdict.verdict_line(self)
 
     __repr__ = _text.repr_diff_result
 
@@ -369,27 +375,19 @@ class DiffResult:
 
     def table(self, *, color: bool = False, width: int | None = None) -> str:
         """The console table (see :func:`onnxwrapper.diff._report_console.render_table`)."""
-        from onnxwrapper.diff._report_console import render_table
-
-        return render_table(self, color=color, width=width)
+        return _report_console.render_table(self, color=color, width=width)
 
     def to_dict(self) -> dict:
         """The JSON report document (schema: docs/diff.md, "JSON report")."""
-        from onnxwrapper.diff._report_json import to_document
-
-        return to_document(self)
+        return _report_json.to_document(self)
 
     def write_json(self, path) -> str:
         """Write the JSON report to ``path``; returns the path."""
-        from onnxwrapper.diff._report_json import write_json
-
-        return write_json(self, path)
+        return _report_json.write_json(self, path)
 
     def write_html(self, path) -> str:
         """Write the self-contained HTML report (needs matplotlib: ``pip install 'onnxwrapper[report]'``)."""
-        from onnxwrapper.diff._report_html import write_html
-
-        return write_html(self, path)
+        return _report_html.write_html(self, path)
 
     def assert_passed(self) -> None:
         """Raise :class:`DiffAssertionError` with the console table unless the diff passed."""

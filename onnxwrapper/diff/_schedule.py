@@ -16,6 +16,7 @@ interpreter with onnxruntime and onnxwrapper loaded is about 120 MiB.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import threading
@@ -74,8 +75,6 @@ def available_memory() -> int | None:
 
 
 def _windows_available_memory() -> int | None:
-    import ctypes
-
     class MemoryStatus(ctypes.Structure):
         _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
                     ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),

@@ -38,7 +38,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from onnxwrapper.diff._capture_reader import CaptureFormatError, read_capture
 from onnxwrapper.diff._files import write_npz
+from onnxwrapper.kernel import ort_type_to_numpy
 
 __all__ = ["TENSORS_FORMAT", "TENSORS_VERSION", "TensorSet", "save_tensors", "read_tensors"]
 
@@ -239,8 +241,6 @@ def _read_json(path: str, role: str, specs: Sequence | None) -> TensorSet:
 
 
 def _np_dtype(ort_type: str | None):
-    from onnxwrapper.kernel import ort_type_to_numpy
-
     try:
         return ort_type_to_numpy(ort_type) if ort_type else None
     except (KeyError, ValueError, TypeError):
@@ -250,8 +250,6 @@ def _np_dtype(ort_type: str | None):
 # -- capture directories ---------------------------------------------------------------------------------
 def _read_capture_dir(path: str, input_specs: Sequence | None, model_key: str | None,
                       model_sha256: str | None) -> TensorSet:
-    from onnxwrapper.diff._capture_reader import CaptureFormatError, read_capture
-
     try:
         cap = read_capture(path)
     except (CaptureFormatError, FileNotFoundError) as exc:

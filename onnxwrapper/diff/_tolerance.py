@@ -37,7 +37,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from onnxwrapper.diff._metrics import ArrayPair, CosineSimilarity, PSNR, SNR, TopKAgreement
+from onnxwrapper._registry import default_registry
+from onnxwrapper.diff._metrics import PSNR, SNR, ArrayPair, CosineSimilarity, TopKAgreement
 
 __all__ = ["CHECK_MODES", "Threshold", "AbsRelThreshold", "LowerBound", "NonFiniteThreshold", "Tolerance",
            "PRESETS", "UNIT_ROUNDOFF", "ROUNDINGS", "ROUNDING_SOURCES", "IMPLEMENTATION_ERROR", "QUANTIZED_SNR_DB", "error_budget",
@@ -304,8 +305,6 @@ def precision_for(backend: str, backend_options: dict | None, model_ops: set[str
     if precision in ("int8", "int16", "w8a8", "w8a16", "quantized"):
         return "quantized"
     try:
-        from onnxwrapper._registry import default_registry
-
         npu = bool(getattr(default_registry().get(backend), "npu", False))
     except Exception:  # unknown backend name: judge it as an NPU would be judged
         npu = backend != "cpu"
@@ -370,7 +369,7 @@ class Tolerances:
         return tol
 
     def to_dict(self) -> dict:
-        """JSON-friendly description."""
+        """A JSON-safe dict: the default tolerance, the changes and the per-pattern overrides."""
         return {"default": self.default.to_dict() if self.default else None,
                 "changes": dict(self.changes),
                 "overrides": [[p, c.to_dict() if isinstance(c, Tolerance) else dict(c)] for p, c in self.overrides]}

@@ -23,7 +23,7 @@ from onnx import helper, numpy_helper
 
 from onnxwrapper.errors import OnnxwrapperError
 
-__all__ = ["PatchError", "PatchRecord", "Patch", "GraphView", "as_view", "constant_value"]
+__all__ = ["PatchError", "PatchRecord", "Patch", "GraphView", "as_view", "constant_value", "constant_input"]
 
 
 class PatchError(OnnxwrapperError, ValueError):
@@ -92,6 +92,7 @@ class GraphView:
     # -- facts ---------------------------------------------------------------------------------
     @property
     def graph(self) -> onnx.GraphProto:
+        """The model's top-level graph."""
         return self.model.graph
 
     @property
@@ -156,6 +157,7 @@ class GraphView:
         return [n for n in self.graph.node if tensor in n.input]
 
     def is_graph_output(self, tensor: str) -> bool:
+        """True when ``tensor`` is an output of the top-level graph."""
         return any(o.name == tensor for o in self.graph.output)
 
     # -- edits ---------------------------------------------------------------------------------
@@ -365,3 +367,19 @@ def constant_value(view: GraphView, name: str) -> np.ndarray | None:
 def node_label(node: onnx.NodeProto) -> str:
     """A name prefix for nodes derived from ``node``: its name, else ``<op_type>_<first output>``."""
     return node.name or f"{node.op_type}_{node.output[0]}"
+
+
+def constant_input(view: GraphView, node: onnx.NodeProto, position: int,
+                   role: str) -> tuple[np.ndarray | None, str | None]:
+    """Input ``position`` of ``node`` as a constant (:func:`constant_value`) for a patch's check.
+
+    Returns:
+        ``(value, None)``; or ``(None, reason)``, the reject reason naming the input by its ``role``
+        (e.g. ``"weight"``) when the node has no such input or it is not a constant.
+    """
+    if len(node.input) <= position or not node.input[position]:
+        return None, f"the {node.op_type} has no {role} input"
+    value = constant_value(view, node.input[position])
+    if value is None:
+        return None, f"the {role} is not a constant (initializer or Constant node)"
+    return value, None

@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from onnxwrapper.patches._base import GraphView, NodeBuilder, Patch, PatchRecord, attr, constant_value, node_label
+from onnxwrapper.patches._base import (GraphView, NodeBuilder, Patch, PatchRecord, attr, constant_input, constant_value,
+                                       node_label)
 
 __all__ = ["ConvToTaps"]
 
@@ -45,11 +46,9 @@ class ConvToTaps(Patch):
     automatic = False
 
     def _reject_reason(self, node: onnx.NodeProto, view: GraphView) -> str | None:
-        if len(node.input) < 2:
-            return "the Conv has no weight input"
-        weight = constant_value(view, node.input[1])
-        if weight is None:
-            return "the weight is not a constant (initializer or Constant node)"
+        weight, reason = constant_input(view, node, 1, "weight")
+        if reason:
+            return reason
         if weight.ndim != 3:
             return f"only 1-D convolutions (weight of rank 3) are rewritten; this weight has rank {weight.ndim}"
         if str(attr(node, "auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):

@@ -28,7 +28,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnxwrapper.patches._base import GraphView, NodeBuilder, Patch, PatchRecord, attr, constant_value, node_label
+from onnxwrapper.patches._base import (GraphView, NodeBuilder, Patch, PatchRecord, attr, constant_input, constant_value,
+                                       node_label)
 
 __all__ = ["DilatedConvToDense", "expand_kernel"]
 
@@ -59,11 +60,9 @@ class DilatedConvToDense(Patch):
         return super().targets(node) and any(int(d) > 1 for d in (attr(node, "dilations", None) or ()))
 
     def _reject_reason(self, node: onnx.NodeProto, view: GraphView) -> str | None:
-        if len(node.input) < 2:
-            return "the Conv has no weight input"
-        weight = constant_value(view, node.input[1])
-        if weight is None:
-            return "the weight is not a constant (initializer or Constant node)"
+        weight, reason = constant_input(view, node, 1, "weight")
+        if reason:
+            return reason
         dil = attr(node, "dilations", None) or ()
         if weight.ndim != len(dil) + 2:
             return f"the weight has rank {weight.ndim}, expected {len(dil) + 2} for {len(dil)} dilations"

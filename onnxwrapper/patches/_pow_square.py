@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T
 
-from onnxwrapper.patches._base import GraphView, NodeBuilder, Patch, PatchRecord, constant_value, node_label
+from onnxwrapper.patches._base import GraphView, NodeBuilder, Patch, PatchRecord, constant_input, node_label
 
 __all__ = ["PowSquareToMul"]
 
@@ -38,11 +38,9 @@ class PowSquareToMul(Patch):
     automatic = False
 
     def _reject_reason(self, node: onnx.NodeProto, view: GraphView) -> str | None:
-        if len(node.input) < 2:
-            return "the node has no exponent input"
-        exponent = constant_value(view, node.input[1])
-        if exponent is None:
-            return "the exponent is not a constant (initializer or Constant node)"
+        exponent, reason = constant_input(view, node, 1, "exponent")
+        if reason:
+            return reason
         if exponent.size != 1 or float(np.asarray(exponent, np.float64).reshape(-1)[0]) != 2.0:
             return f"the exponent is not the single value 2 (got {np.asarray(exponent).reshape(-1)[:4].tolist()})"
         elem = view.elem_type(node.input[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Callable, Collection, Iterable, Union
@@ -98,6 +99,7 @@ class PatchMatch:
     reason: str = ""
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the match (``aipc inspect --json``)."""
         return {"node_index": self.node_index, "node_name": self.node_name, "op_type": self.op_type,
                 "patch": self.patch, "applicable": self.applicable, "reason": self.reason}
 
@@ -221,8 +223,6 @@ def patch_offloaded(model: ModelLike, offloaded: Iterable, *, disabled: Iterable
         ``(patched_model, records)`` as :func:`apply_patches`; ``records == []`` means nothing
         could be patched (recompiling would not change the partition).
     """
-    import re
-
     names: set[str] = set()
     unnamed_ops: set[str] = set()
     for item in offloaded:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import helper
+from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
 __all__ = ["ModelPart", "split_stages", "tensor_types", "boundary_types", "part_model", "assemble"]
 
@@ -150,7 +151,6 @@ def boundary_types(model: onnx.ModelProto, parts, types: dict | None = None) -> 
     missing = [t for t in wanted if t not in types or not _static(types[t])]
     if not missing:
         return types
-    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
     feeds = {}
     for vi in model.graph.input:

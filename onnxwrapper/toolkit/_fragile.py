@@ -54,6 +54,7 @@ class FragileChain:
     tensors: tuple[tuple[str, str], ...]
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: kind, node and the tensors kept at 16 bits with their roles."""
         return {"kind": self.kind, "node": self.node, "tensors": [{"tensor": t, "role": r} for t, r in self.tensors]}
 
 
@@ -77,6 +78,7 @@ class FragilePlan:
     enabled: bool = True
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the plan (the ``--json`` output)."""
         return {"enabled": self.enabled, "fused_layernorms": self.fused_layernorms,
                 "kept_16bit": [c.to_dict() for c in self.kept], "reason": self.reason}
 
@@ -206,7 +208,7 @@ def fragile_plan(model: onnx.ModelProto, activation_type: str, *, layernorms_bef
     """
     if not enabled:
         return FragilePlan(enabled=False)
-    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import QuantType  # on use: onnxruntime.quantization is only for quantizing
 
     fused = max(0, count_op(model, "LayerNormalization") - layernorms_before)
     chains = find_fragile_chains(model)

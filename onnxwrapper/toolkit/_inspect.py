@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import onnx
 from onnx import helper
+from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
 
 from onnxwrapper.backends.qnn import read_binary_info
 from onnxwrapper.kernel import dynamic_inputs, specialize
@@ -91,9 +92,6 @@ def make_static(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
         onnxruntime ``InvalidArgument``: from :func:`onnxwrapper.kernel._shapes.specialize` (unknown input,
             rank mismatch, contradiction with a fixed dim).
     """
-    from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
-
-
     out = onnx.ModelProto()
     out.CopyFrom(model)
     known = _dim_params(out)
@@ -118,6 +116,7 @@ class TensorSummary:
     dynamic: bool
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: name, dtype, shape and whether any dim is dynamic."""
         return {"name": self.name, "dtype": self.dtype, "shape": self.shape, "dynamic": self.dynamic}
 
 

@@ -25,17 +25,19 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import onnx
+import onnxruntime
 
 import onnxwrapper
 from onnxwrapper._registry import default_registry
 from onnxwrapper.backends.qnn import QNN_OP_TYPES, qnn_rejection_reason
 from onnxwrapper.errors import PartitionError
-from onnxwrapper.kernel import is_static
+from onnxwrapper.kernel import PartitionReport, is_static
 from onnxwrapper.patches import PatchMatch
 
 __all__ = ["NodePrediction", "PartitionPrediction", "predict_partition_rules", "probe_partition", "map_session",
@@ -69,6 +71,7 @@ class NodePrediction:
     patch: str | None = None
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the node's prediction."""
         return {"index": self.index, "name": self.name, "op_type": self.op_type, "domain": self.domain,
                 "ep": self.ep, "reason": self.reason, "patch": self.patch}
 
@@ -109,10 +112,12 @@ class PartitionPrediction:
 
     @property
     def counts(self) -> dict[str, int]:
+        """``{execution provider: node count}``, QNN first, then CPU, then the others."""
         order = {QNN_EP: 0, CPU_EP: 1}
         return dict(sorted(Counter(n.ep for n in self.nodes).items(), key=lambda kv: (order.get(kv[0], 2), kv[0])))
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the prediction (the ``--json`` output), counts and headline included."""
         return {"backend": self.backend, "options": self.options, "source": self.source,
                 "measured": self.source == "session", "headline": self.headline(), "counts": self.counts,
                 "num_partitions": self.num_partitions, "session": self.session, "shapes": self.shapes,
@@ -125,8 +130,6 @@ class PartitionPrediction:
         numbers ``get_partition().summary()`` gives at these shapes), or the rules' counts of model
         nodes marked as a prediction."""
         if self.session is not None:
-            from onnxwrapper.kernel import PartitionReport
-
             return PartitionReport.from_dict(self.session).with_source("compile", note="").summary()
         counts = ", ".join(f"{ep.replace('ExecutionProvider', '')} {n}" for ep, n in self.counts.items())
         if self.source == "session":
@@ -201,10 +204,6 @@ _MARK = "ONNXWRAPPER_PROBE_RESULT "
 def _child_main(argv: Sequence[str]) -> int:
     """Child side of :func:`probe_partition`: options JSON in ``argv[0]``; the model path in
     ``argv[1]``, else the model bytes on stdin."""
-    import tempfile
-
-    import onnxruntime
-
     opts = json.loads(argv[0])
     data = argv[1] if len(argv) > 1 else sys.stdin.buffer.read()
     so = onnxruntime.SessionOptions()

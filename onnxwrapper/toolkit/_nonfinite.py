@@ -5,7 +5,7 @@ a LayerNorm whose variance was quantized to 0 divides by 0, and the next ``Quant
 saturates the ±Inf to the ends of its 8-bit range (NaN to the zero point). Counting NaN/Inf at the
 outputs alone therefore misses it; the outputs are just wrong. So the CPU runs are also scanned:
 every floating-point node output of the top-level graph is exposed as an extra graph output (in
-memory, :func:`onnxwrapper.diff._localize.expose_tensors`) and its NaN, ±Inf, zero and negative
+memory, :func:`onnxwrapper.diff.expose_tensors`) and its NaN, ±Inf, zero and negative
 elements are counted, sample by sample (arrays are dropped after counting).
 
 * :func:`scan_run` — per-tensor counts of one CPU run over all samples;
@@ -27,6 +27,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import onnx
+import onnxruntime
+
+from onnxwrapper.diff import candidate_tensors, expose_tensors
 
 __all__ = ["TensorCounts", "TensorNonFinite", "RunScan", "scan_run", "introduced"]
 
@@ -132,10 +135,6 @@ def scan_run(model: Any, feeds: Sequence[Mapping[str, np.ndarray]], *,
     Raises:
         Whatever onnxruntime raises for the model or the feeds.
     """
-    import onnxruntime
-
-    from onnxwrapper.diff._localize import candidate_tensors, expose_tensors
-
     proto = _load(model)
     shapes = {k: tuple(np.shape(v)) for k, v in (feeds[0].items() if feeds else ())}
     candidates = candidate_tensors(proto, shapes)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import onnx
+from onnx import version_converter
 
 from onnxwrapper.errors import OnnxwrapperError
 
@@ -73,6 +74,7 @@ class OpsetUpgrade:
     by: str = "onnxwrapper"
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: from, to, reasons and the converter used."""
         return {"from": self.from_version, "to": self.to_version, "reasons": list(self.reasons), "by": self.by}
 
     def describe(self) -> str:
@@ -116,7 +118,6 @@ def upgrade_opset(model: onnx.ModelProto, needs: dict[int, str]) -> tuple[onnx.M
         return model, None
     target = max(pending)
     reasons = tuple(pending[v] for v in sorted(pending))
-    from onnx import version_converter
 
     try:
         converted = version_converter.convert_version(model, target)

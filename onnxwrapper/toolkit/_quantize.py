@@ -34,7 +34,8 @@ import onnx
 from onnxwrapper.diff import read_capture
 from onnxwrapper.errors import OnnxwrapperError
 from onnxwrapper.toolkit._fragile import FragilePlan
-from onnxwrapper.toolkit._opset import OpsetConversionError, OpsetUpgrade, default_opset
+from onnxwrapper.toolkit._opset import OpsetUpgrade, default_opset
+from onnxwrapper.toolkit._quantize_prepare import prepare_for_quantizer
 
 __all__ = ["PRECISIONS", "CalibrationError", "CalibrationSet", "FeedsDataReader", "QuantizeResult",
            "calibration_from_capture", "quantize_qdq"]
@@ -92,6 +93,7 @@ class FeedsDataReader:
     """
 
     def __new__(cls, feeds: Sequence[Mapping[str, np.ndarray]]):
+        # on use: onnxruntime.quantization is only for quantizing
         from onnxruntime.quantization import CalibrationDataReader
 
         class _Reader(CalibrationDataReader):
@@ -246,10 +248,9 @@ def quantize_qdq(model: Any, output_path: Any, calibration: CalibrationSet | Ite
         OpsetConversionError: onnx's version converter cannot convert the model to that opset.
         Whatever onnxruntime.quantization raises for the model.
     """
+    # on use: onnxruntime.quantization is only for quantizing
     from onnxruntime.quantization import CalibrationMethod, QuantType, quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
-
-    from onnxwrapper.toolkit._quantize_prepare import prepare_for_quantizer
 
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} for quantization, got {precision!r}")

@@ -100,6 +100,7 @@ def prepare_for_quantizer(model: onnx.ModelProto, workdir: str, *, activation_ty
     Raises:
         onnxwrapper.toolkit._opset.OpsetConversionError: onnx's version converter cannot convert the model.
     """
+    # on use: onnxruntime.quantization is only for quantizing
     from onnxruntime.quantization.execution_providers.qnn import qnn_preprocess_model
 
     needs = {}

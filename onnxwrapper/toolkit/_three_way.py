@@ -62,6 +62,7 @@ class Agreement:
     compared: int = -1
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict of the metrics (the ``--json`` output)."""
         return {"cosine": self.cosine, "snr_db": self.snr_db, "max_abs": self.max_abs,
                 "min_sample_cosine": self.min_sample_cosine, "nan": self.nan, "inf": self.inf,
                 "ref_nan": self.ref_nan, "ref_inf": self.ref_inf, "nonfinite_mismatch": self.nonfinite_mismatch,
@@ -80,6 +81,7 @@ class OutputAccuracy:
     total: Agreement | None
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: the output's name and its three agreements (``None`` where not measured)."""
         return {"output": self.output, "quantization": self.quantization.to_dict() if self.quantization else None,
                 "backend": self.backend.to_dict() if self.backend else None,
                 "total": self.total.to_dict() if self.total else None}
@@ -104,6 +106,7 @@ class RunNonFinite:
     introduced: list[TensorNonFinite] = field(default_factory=list)
 
     def output_total(self) -> int:
+        """NaN plus Inf elements over all outputs and samples of the run."""
         return sum(n + i for n, i in self.outputs.values())
 
     def origins(self) -> list[TensorNonFinite]:
@@ -111,6 +114,7 @@ class RunNonFinite:
         return [t for t in self.introduced if t.origin] or self.introduced[:1]
 
     def to_dict(self) -> dict:
+        """A JSON-safe dict: output counts, what was scanned and the introduced tensors."""
         return {"run": self.run, "outputs": {k: {"nan": n, "inf": i} for k, (n, i) in self.outputs.items()},
                 "scanned": self.scanned, "intermediate": self.intermediate,
                 "introduced": [t.to_dict() for t in self.introduced]}
@@ -140,6 +144,7 @@ class AccuracyReport:
         return f"<AccuracyReport {self.samples} sample(s), {len(self.outputs)} output(s)>\n{self.format_text()}"
 
     def to_dict(self) -> dict:
+        """The JSON-safe report (the ``--json`` output of the three-way check)."""
         return {"samples": self.samples, "seconds": self.seconds, "qnn_error": self.qnn_error,
                 "outputs": [o.to_dict() for o in self.outputs],
                 "nonfinite": {k: v.to_dict() for k, v in self.nonfinite.items()},

@@ -34,16 +34,22 @@ from onnxwrapper.backends.snpe import SnpeBackend
 from onnxwrapper.errors import BackendUnavailableError
 
 
+def _import_double(module: str, label: str, *, backend: str):
+    """Import the double ``module`` (this folder must be on ``sys.path``); when it cannot be imported,
+    raise what the backend's SDK seam promises: :class:`BackendUnavailableError` with a reason."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        reason = f"{label} is not importable ({exc})"
+        raise BackendUnavailableError(reason, backend=backend, reason=reason) from exc
+
+
 class FakeQaiBackend(QaiBackend):
     """``qai`` bound to the FAKE qai_appbuilder (this folder must be on ``sys.path``)."""
 
     @classmethod
     def load_sdk(cls) -> QaiSdk:
-        try:
-            module = importlib.import_module("qai_appbuilder")
-        except ImportError as exc:  # the seam's contract: unavailable, with a reason
-            raise BackendUnavailableError(f"the FAKE qai_appbuilder is not importable ({exc})", backend="qai",
-                                          reason=f"the FAKE qai_appbuilder is not importable ({exc})") from exc
+        module = _import_double("qai_appbuilder", "the FAKE qai_appbuilder", backend="qai")
         return QaiSdk(module, module.__version__, real_device=False, tag="FAKE")
 
 
@@ -65,11 +71,7 @@ class FakeAihubBackend(AihubBackend):
 
     @classmethod
     def load_client(cls) -> HubClient:
-        try:
-            module = importlib.import_module("qai_hub")
-        except ImportError as exc:  # the seam's contract: unavailable, with a reason
-            raise BackendUnavailableError(f"the qai-hub TEST DOUBLE is not importable ({exc})", backend="aihub",
-                                          reason=f"the qai-hub TEST DOUBLE is not importable ({exc})") from exc
+        module = _import_double("qai_hub", "the qai-hub TEST DOUBLE", backend="aihub")
         return HubClient(module, module.Client(), module.__version__, clock=module.farm.clock, real_service=False,
                          tag="FAKE")
 

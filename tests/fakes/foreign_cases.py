@@ -1,4 +1,4 @@
-"""Test cases shared by tests/test_qai_backend.py and tests/test_snpe_backend.py (test support, not a fake).
+"""Test cases shared by the qai and snpe backend tests (tests/fake_foreign.py; test support, not a fake).
 
 Each builder writes an ONNX model and a FAKE compiled artifact (``fake_qnn_graph.py``) describing
 how a converter would have exposed it natively, and returns the paths. Models use IR version 9
