@@ -130,13 +130,13 @@ def stored_facts(cache_dir: str | None, source) -> ModelFacts | None:
 
 
 def remember_facts(cache_dir: str | None, source, proto) -> None:
-    """Record :func:`facts_of` ``(source, proto)`` in the compile cache once per model content.
-    Never raises for the cache (a record only saves later work): a read-only or unusable cache
-    records nothing."""
+    """Record :func:`facts_of` ``(source, proto)`` in the compile cache once per model content (a
+    damaged record is reported and replaced, as every cache entry). Never raises for the cache (a
+    record only saves later work): a read-only or unusable cache records nothing."""
     try:
         key = _key(source)
         cache = ArtifactCache(cache_dir)
-        if os.path.isdir(cache.entry_dir(key)):
+        if cache.peek(key) is not None:  # recorded and intact (a damaged record is replaced below)
             return
         facts = dataclasses.asdict(facts_of(source, proto))
 

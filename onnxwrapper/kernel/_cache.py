@@ -15,7 +15,8 @@ manage cache files themselves. Properties:
   missing key build it once; the others wait and then hit (``fcntl``/``msvcrt`` locks are
   released by the OS if the holder dies).
 * **Integrity**: ``manifest.json`` records every file's size and sha256. On lookup sizes are
-  always checked and hashes once per process per file state (size, mtime_ns, inode); a corrupt or
+  always checked and hashes once per process per file state (size, mtime_ns, ctime_ns, inode;
+  a file changed less than ``RACY_SECONDS`` before is hashed every time); a corrupt or
   truncated entry is logged (logger ``onnxwrapper.cache``, WARNING) and rebuilt. A reader that
   only wants a hit may check an entry without its lock (:meth:`ArtifactCache.peek`, the same
   checks) and takes the locked path when anything is off.
@@ -47,13 +48,12 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from typing import Any, Callable, Iterator, Mapping
 
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel._cache_eviction import CacheEviction
 from onnxwrapper.kernel._cache_entry import (DEFAULT_MAX_BYTES, ENV_CACHE_DIR,
-                                             ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, STAMP, CacheEntry,
+                                             ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, RACY_SECONDS, STAMP, CacheEntry,
                                              _list_files, _sha256_file, default_cache_dir, make_key)
 
 __all__ = ["ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "CacheEntry", "ArtifactCache",
@@ -163,6 +163,8 @@ class ArtifactCache(CacheEviction):
                           float(manifest.get("created", 0.0)), True, float(manifest.get("build_seconds", 0.0)))
 
     def _check_files(self, key: str, directory: str, files: Mapping[str, Mapping]) -> str | None:
+        start = time.time_ns()
+        racy = False
         states = []
         for name, info in sorted(files.items()):
             path = os.path.join(directory, *name.split("/"))
@@ -172,7 +174,9 @@ class ArtifactCache(CacheEviction):
                 return f"file {name} is missing"
             if st.st_size != int(info["size"]):
                 return f"file {name} has {st.st_size} bytes, expected {info['size']} (truncated or modified)"
-            states.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+            states.append((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+            # a file changed within RACY_SECONDS may change again within its timestamp tick: no memo
+            racy = racy or max(st.st_mtime_ns, st.st_ctime_ns) > start - int(RACY_SECONDS * 1e9)
         memo_key = (self.root, key)
         state = tuple(states)
         with self._verified_lock:
@@ -181,8 +185,9 @@ class ArtifactCache(CacheEviction):
         for name, info in sorted(files.items()):
             if _sha256_file(os.path.join(directory, *name.split("/"))) != info["sha256"]:
                 return f"file {name} does not match its sha256 (corrupted)"
-        with self._verified_lock:
-            self._verified[memo_key] = state
+        if not racy:
+            with self._verified_lock:
+                self._verified[memo_key] = state
         return None
 
     def _touch(self, directory: str) -> None:
@@ -286,7 +291,7 @@ class ArtifactCache(CacheEviction):
     def _build(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
         tmp_root = os.path.join(self.root, "tmp")
         os.makedirs(tmp_root, exist_ok=True)
-        tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{os.urandom(4).hex()}")
         os.makedirs(tmp)
         start = time.perf_counter()
         try:
@@ -318,7 +323,7 @@ class ArtifactCache(CacheEviction):
 
     # -- maintenance -----------------------------------------------------------------------------
     def _remove_dir(self, directory: str) -> None:
-        trash = os.path.join(self.root, "tmp", f"trash.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        trash = os.path.join(self.root, "tmp", f"trash.{os.getpid()}.{os.urandom(4).hex()}")
         try:
             os.makedirs(os.path.dirname(trash), exist_ok=True)
             os.replace(directory, trash)

@@ -31,11 +31,10 @@ import time
 
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
+from onnxwrapper.kernel._cache_entry import RACY_SECONDS, hash_file
+
 __all__ = ["ModelSource", "RACY_SECONDS"]
 
-_CHUNK = 1 << 20
-#: a file modified less than this long before it is hashed is hashed again on every request (s)
-RACY_SECONDS = 2.0
 #: per process: absolute path → (file state, sha256 object after the length and bytes of the model)
 _BYTES_MEMO: dict[str, tuple[tuple, object]] = {}
 #: per process: (absolute path, supplied names, supplied files) → (states of the model and its
@@ -218,14 +217,29 @@ class ModelSource:
         if known is not None and known[0] == before:
             self._digest = known[1]
             return self._digest
-        digest = hashlib.sha256()
-        data = self.read_bytes()
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
+        digest = self._hash_file(path) if self._data is None and path is not None else None
+        if digest is None:
+            data = self.read_bytes()
+            digest = hashlib.sha256()
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
         if before is not None and _state(path, start) == before:
             _remember(_BYTES_MEMO, path, (before, digest))
         self._digest = digest
         return digest
+
+    @staticmethod
+    def _hash_file(path: str):
+        """The sha256 object of :meth:`_bytes_state` streamed from the file (a cache hit never needs
+        the bytes themselves), or ``None`` when it cannot be read or changed size meanwhile
+        (:meth:`read_bytes` then raises ORT's error, or reads it once for both)."""
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                digest = hashlib.sha256(size.to_bytes(8, "little"))
+                return digest if hash_file(digest, f) == size else None
+        except OSError:
+            return None
 
     def bytes_digest(self) -> str:
         """Hex sha256 of the model's length (8 bytes, little endian) and serialized bytes: the
@@ -246,8 +260,7 @@ class ModelSource:
                     continue  # supplied from memory through SessionOptions: hashed by the caller
                 raise self._missing_external(path)
             with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(_CHUNK), b""):
-                    digest.update(chunk)
+                hash_file(digest, f)
         return digest.hexdigest()
 
     def _missing_external(self, path: str) -> C.Fail:
