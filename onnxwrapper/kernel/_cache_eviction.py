@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import time
+from typing import TYPE_CHECKING, Any
 
 from onnxwrapper.kernel._cache_entry import _STALE_TMP_SECONDS, MANIFEST, STAMP, _list_files
 
@@ -27,6 +28,15 @@ class CacheEviction:
 
     root: str
     max_bytes: int
+
+    if TYPE_CHECKING:  # provided by ArtifactCache
+        def _lock(self, key: str, timeout: float | None = None) -> Any: ...
+
+        def _remove_dir(self, directory: str) -> None: ...
+
+        def entry_dir(self, key: str) -> str: ...
+
+        def remove(self, key: str) -> bool: ...
 
     def entries(self) -> list[tuple[str, int, float]]:
         """``(key, size in bytes, last-used time)`` of every entry, least recently used first
