@@ -53,10 +53,14 @@ def make_key(parts: Mapping[str, Any]) -> str:
 
 
 def hash_file(digest, f) -> int:
-    """Feed the rest of the open binary file ``f`` to ``digest`` through one reused 1 MiB buffer
-    (no copy of the file in memory; a file truncated meanwhile is simply shorter, never a crash as
+    """Feed the rest of the open binary file ``f`` to ``digest`` through one reused buffer of at most
+    1 MiB (no copy of the file in memory; a file truncated meanwhile is simply shorter, never a crash as
     with a memory map). Returns the number of bytes hashed."""
-    buffer = bytearray(_CHUNK)
+    try:
+        size = os.fstat(f.fileno()).st_size - f.tell()
+    except (OSError, ValueError):
+        size = _CHUNK
+    buffer = bytearray(max(1, min(_CHUNK, size + 1)))  # +1: the read that finds the end
     view = memoryview(buffer)
     total = 0
     while True:
