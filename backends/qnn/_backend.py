@@ -33,6 +33,7 @@ def open_session(config, request, availability):
 
     return full(config, request, availability)
 
+
 class QnnBackend(Backend):
     """ONNX Runtime's QNN execution provider on the Hexagon HTP (NPU or x86-64 simulator).
 
@@ -102,6 +103,9 @@ class QnnBackend(Backend):
 
     def open(self, request: SessionRequest) -> BackendSession:
         """Prepare a QNN session: settings, artifact (verified precompiled / cached / compiled in a worker).
+
+        A cache hit of a static model is opened by :func:`~onnxwrapper.backends.qnn._cache_hit.open_cached`
+        (no onnx import, no parse of the model); everything else by :func:`open_session`.
 
         Raises:
             ORT's exception (class and message) for a bad model argument or file, or a
