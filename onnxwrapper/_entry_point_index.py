@@ -31,7 +31,6 @@ import json
 import os
 import pkgutil
 import sys
-import uuid
 from typing import Mapping
 
 from onnxwrapper.kernel import default_cache_dir
@@ -144,7 +143,7 @@ def write_index(location: IndexLocation, entry_points: Mapping[str, object]) -> 
                "paths": [[p, _mtime(p)] for p in paths], "entry_points": rows}
         target = location.file
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = f"{target}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f)
         os.replace(tmp, target)

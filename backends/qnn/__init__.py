@@ -31,13 +31,31 @@ signatures at once (``jobs`` workers); :class:`WorkerPool` / :func:`compile_many
 
 from __future__ import annotations
 
-from onnxwrapper.backends.qnn._artifacts import ResolvedArtifact, register_artifact_resolver
+import importlib
+from typing import Any as _Any
+
 from onnxwrapper.backends.qnn._backend import QnnBackend
-from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, TensorInfo, read_binary_info
-from onnxwrapper.backends.qnn._export import CompileResult, compile_model
-from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES, qnn_rejection_reason
-from onnxwrapper.backends.qnn._precompile import PrecompileResult, precompile
-from onnxwrapper.backends.qnn._workers import CompileRequest, WorkerPool, compile_many
+
+# Everything but the backend class is imported on first use (PEP 562): opening a session whose
+# compiled model is in the cache needs none of it, and importing it all (onnx, the operator patches,
+# the repair recipes, the compile-worker layer) costs a new process 60-140 ms (measured, x86-64).
+_LAZY = {
+    "ResolvedArtifact": "_artifacts",
+    "register_artifact_resolver": "_artifacts",
+    "BinaryInfo": "_binary",
+    "GraphInfo": "_binary",
+    "TensorInfo": "_binary",
+    "read_binary_info": "_binary",
+    "CompileResult": "_export",
+    "compile_model": "_export",
+    "QNN_OP_TYPES": "_op_support",
+    "qnn_rejection_reason": "_op_support",
+    "PrecompileResult": "_precompile",
+    "precompile": "_precompile",
+    "CompileRequest": "_workers",
+    "WorkerPool": "_workers",
+    "compile_many": "_workers",
+}
 
 __all__ = [
     "BinaryInfo",
@@ -57,3 +75,17 @@ __all__ = [
     "read_binary_info",
     "register_artifact_resolver",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    """The public names above other than :class:`QnnBackend`, imported from their module on first use."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

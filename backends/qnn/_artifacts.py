@@ -48,16 +48,18 @@ import threading
 
 from onnxwrapper.backends._artifact_files import find_artifact
 from onnxwrapper.backends.qnn._provenance import verify
-from onnxwrapper.backends.qnn._wrap import RAW_BINARY_SUFFIXES, wrap_raw_binary
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel import shapes_note
 
-__all__ = ["ResolvedArtifact", "ArtifactResolver", "ARTIFACT_RESOLVERS", "SPECIALIZATION_RESOLVERS",
+__all__ = ["RAW_BINARY_SUFFIXES", "ResolvedArtifact", "ArtifactResolver", "ARTIFACT_RESOLVERS", "SPECIALIZATION_RESOLVERS",
            "register_artifact_resolver", "resolve_precompiled", "resolve_specialization",
            "resolve_epcontext_next_to_model", "resolve_epcontext_specialization", "resolve_raw_context_binary",
            "static_input_shapes", "check_artifact_interface", "verified_neighbour", "warn_unused_raw_binaries"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
+#: names of raw QNN context binaries next to a model ``<stem>``: ``<stem><suffix>``, in the order they are looked for
+RAW_BINARY_SUFFIXES = (".htp.bin", ".onnx.htp.bin", ".dll.bin", ".onnx.dll.bin", ".so.bin", ".onnx.so.bin",
+                       "_ctx_qnn.bin", ".dlc.bin", ".bin")
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
@@ -146,7 +148,7 @@ def resolve_epcontext_next_to_model(source, settings) -> ResolvedArtifact | None
 
 
 def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
-    """A raw QNN context binary next to the model (:data:`~onnxwrapper.backends.qnn._wrap.RAW_BINARY_SUFFIXES`
+    """A raw QNN context binary next to the model (:data:`RAW_BINARY_SUFFIXES`
     order; ``<stem>.bin`` skipped next to ``<stem>.cpp``; a file the model references as its
     external data — ``onnx.save(m, "m.onnx", save_as_external_data=True, location="m.bin")`` — is
     never taken for a binary), wrapped as an EPContext model by :func:`~onnxwrapper.backends.qnn._wrap.wrap_raw_binary`
@@ -167,6 +169,9 @@ def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
     found, _tried = find_artifact(source.directory, names, refuse_if={f"{source.stem}.bin": f"{source.stem}.cpp"})
     if found is None:
         return None
+    # imported here: the wrapper builds ONNX models (onnx); resolving without a binary needs none
+    from onnxwrapper.backends.qnn._wrap import wrap_raw_binary
+
     ctx, graph = wrap_raw_binary(found, graph=getattr(settings, "graph", None), onnx_model=source.load_proto(),
                                  cache_dir=getattr(settings, "cache_dir", None))
     return ResolvedArtifact(ctx, "context_binary", found, f"raw QNN context binary, graph '{graph.name}'")

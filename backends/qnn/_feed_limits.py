@@ -27,11 +27,11 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import numpy as np
-import onnx
 
 from onnxwrapper.errors import BackendCapabilityError
 
-__all__ = ["VTCM_BUDGET_MB", "DEFAULT_MAX_FEED_MB", "htp_element_size", "check_feed_cost"]
+__all__ = ["VTCM_BUDGET_MB", "DEFAULT_MAX_FEED_MB", "htp_element_size", "check_feed_cost", "check_feed_rows",
+           "feed_rows"]
 
 #: the VTCM budget the simulator finalizes against without a ``vtcm_mb`` option (measured)
 VTCM_BUDGET_MB = 4
@@ -42,6 +42,8 @@ _MIB = 1024 * 1024
 
 def htp_element_size(elem_type: int, precision: str) -> int:
     """Bytes per element of an input of ONNX element type ``elem_type`` on the HTP."""
+    import onnx  # imported here: the backend's options import this module, and a cache hit needs no onnx
+
     try:
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):
@@ -55,6 +57,24 @@ def _mib(n: int) -> str:
     return f"{n / _MIB:.1f} MiB" if n < 1024 * _MIB else f"{n / (1024 * _MIB):.1f} GiB"
 
 
+def feed_rows(model, shapes: Mapping[str, Sequence[int]], precision: str) -> list[tuple[str, list[int], int, int]]:
+    """``[(input name, dims, bytes per element in the feed, bytes per element on the HTP)]`` of
+    ``shapes`` (``{input name: shape}``) for ``model`` (``onnx.ModelProto``, the input element
+    types; an unknown type counts 0 bytes in the feed and 4 on the HTP) and ``precision``."""
+    import onnx  # imported here: see htp_element_size
+
+    types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input if v.type.HasField("tensor_type")}
+    rows = []
+    for name, shape in shapes.items():
+        elem = types.get(name, onnx.TensorProto.FLOAT)
+        try:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize
+        except (KeyError, TypeError, ValueError):
+            itemsize = 0
+        rows.append((name, [int(d) for d in shape], itemsize, htp_element_size(elem, precision)))
+    return rows
+
+
 def check_feed_cost(model, shapes: Mapping[str, Sequence[int]], settings, label: str) -> None:
     """Refuse shapes the HTP compiler cannot take, before compiling (see the module docstring).
 
@@ -66,21 +86,24 @@ def check_feed_cost(model, shapes: Mapping[str, Sequence[int]], settings, label:
     Raises:
         BackendCapabilityError: a row larger than the VTCM budget, or more than ``max_feed_mb``.
     """
-    types = {v.name: v.type.tensor_type.elem_type for v in model.graph.input if v.type.HasField("tensor_type")}
+    check_feed_rows(feed_rows(model, shapes, settings.precision), settings, label)
+
+
+def check_feed_rows(rows, settings, label: str) -> None:
+    """:func:`check_feed_cost` on :func:`feed_rows` output (e.g. recorded for a model earlier).
+
+    Raises:
+        BackendCapabilityError: a row larger than the VTCM budget, or more than ``max_feed_mb``.
+    """
     vtcm = int(settings.ep_options.get("vtcm_mb", 0) or 0) or VTCM_BUDGET_MB
     limit = int(getattr(settings, "max_feed_mb", DEFAULT_MAX_FEED_MB)) * _MIB
     total = 0
     parts = []
-    for name, shape in shapes.items():
-        dims = [int(d) for d in shape]
-        elem = types.get(name, onnx.TensorProto.FLOAT)
-        try:
-            logical = int(np.prod(dims, dtype=np.int64)) * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize
-        except (KeyError, TypeError, ValueError):
-            logical = 0
-        total += logical
+    for name, dims, itemsize, htp_size in rows:
+        dims = [int(d) for d in dims]
+        total += int(np.prod(dims, dtype=np.int64)) * int(itemsize)
         parts.append(f"{name}: {'x'.join(map(str, dims)) or 'scalar'}")
-        row = (dims[-1] if dims else 1) * htp_element_size(elem, settings.precision)
+        row = (dims[-1] if dims else 1) * int(htp_size)
         if row > vtcm * _MIB:
             raise BackendCapabilityError(
                 f"Input '{name}' of {label} has shape {tuple(dims)}: rows of {dims[-1]} elements are {_mib(row)} on "

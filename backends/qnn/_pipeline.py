@@ -28,13 +28,13 @@ from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, metadata_model
 from onnxwrapper.backends.qnn._compile_errors import compile_failure
+from onnxwrapper.backends.qnn._model_identity import model_key
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
 from onnxwrapper.backends.qnn._provenance import make_record
 from onnxwrapper.backends.qnn._runtime import copy_session_options, qnn_versions, session_options_state
 from onnxwrapper.backends.qnn._settings import QnnSetup
 from onnxwrapper.backends.qnn._workers import CompileRequest, default_pool
-from onnxwrapper.kernel import (ArtifactCache, PartitionReport, __version__, make_key, recorded_key,
-                                supplied_external_data)
+from onnxwrapper.kernel import ArtifactCache, PartitionReport, __version__
 
 __all__ = ["CacheStore", "Compiled", "EpContextFromOnnx", "FolderStore", "compile_request", "model_key",
            "session_record"]
@@ -79,16 +79,6 @@ def compile_request(setup: QnnSetup, proto, model_input, out_dir: str, *, record
                           metadata_model(proto).SerializeToString(), setup.source.directory, ctx_name,
                           dict(setup.kwargs), note, setup.label, dict(shapes) if shapes else None,
                           dict(record) if record else None, kind)
-
-
-def model_key(source, user_so) -> str:
-    """Content hash of the model (+ external data) and of what the user's SessionOptions add to it
-    (recorded initializers, in-memory external data, free-dimension overrides, custom-op libraries):
-    the model identity of a session's cache keys and provenance records."""
-    names, files = supplied_external_data(user_so)
-    content = source.content_hash(names, files)
-    recorded = recorded_key(user_so)
-    return make_key({"model": content, "session_options": recorded}) if recorded else content
 
 
 def session_record(setup: QnnSetup, model_hash: str, shapes=None, values=None) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from onnxwrapper.backends.qnn._options import REPAIRS_DOC
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
 from onnxwrapper.errors import BackendOptionError, RecipeError
 from onnxwrapper.kernel import __version__, make_key
@@ -33,11 +34,6 @@ from onnxwrapper.repair import RecipeBook, RepairedModel, apply_recipe, load_rec
 
 __all__ = ["RepairsOption", "RepairPlan", "convert_repairs", "prepare_repairs", "REPAIRS_DOC", "repaired_step",
            "with_recipe_records", "refuse_for_artifact"]
-
-REPAIRS_DOC = ("Repair recipe written by `aipc fix` (a path), applied to the model whose sha256 it names: rewrites "
-               "in memory, CPU subgraphs, precision; a recipe for another model raises RecipeMismatchError. "
-               "{'file': PATH, 'required': False} leaves models without a recipe unchanged (python -m aipc "
-               "--repairs). See docs/repair.md.")
 
 
 @dataclass(frozen=True)

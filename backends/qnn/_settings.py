@@ -22,15 +22,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from onnxwrapper.backends.qnn._patching import disabled_patches
-from onnxwrapper.backends.qnn._runtime import ensure_registered
+from onnxwrapper.backends.qnn._runtime import EP_NAME, ensure_registered, user_qnn_ep_options
 from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, FP32_SOC_MODEL,
                                                RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
 from onnxwrapper.errors import BackendOptionError
 from onnxwrapper.kernel import ModelSource
 
-__all__ = ["QnnSettings", "QnnSetup", "merge_raw_options", "qnn_setup", "resolve_settings"]
+__all__ = ["QnnSettings", "QnnSetup", "merge_raw_options", "qnn_setup", "request_ep_options", "resolve_settings"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,8 @@ class QnnSettings:
 
     def disabled_patches(self) -> tuple[str, ...] | None:
         """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
+        # imported here: the operator patches (and onnx) are needed by compiles, not by a cache hit
+        from onnxwrapper.backends.qnn._patching import disabled_patches
 
         return disabled_patches(self.patches)
 
@@ -92,6 +93,14 @@ def merge_raw_options(*layers: Mapping[str, Any] | None) -> dict[str, str]:
         for key, value in (layer or {}).items():
             merged[str(key)] = str(value)
     return merged
+
+
+def request_ep_options(request) -> dict[str, str]:
+    """Raw QNN EP options carried by a request, lowest precedence first: the user's SessionOptions
+    entries ``ep.qnnexecutionprovider.*``, then the ``QNNExecutionProvider`` options of
+    ``providers``/``provider_options`` (parsed once by backend selection: ``request.ep_options``),
+    whether or not ``backend=`` was given too."""
+    return merge_raw_options(user_qnn_ep_options(request.sess_options or None), request.ep_options.get(EP_NAME))
 
 
 def _pick(typed: Any, raw: str | None, name: str, convert) -> Any:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import onnx
 
 from onnxwrapper.kernel import (bind_inputs, control_scalars, fold_ifs, has_control_flow, input_dims, shapes_note,
                                 specialize)
@@ -98,6 +97,8 @@ def example_feed(model, shapes: Mapping[str, Sequence[int]] | None = None) -> di
 
 
 def _np_dtype(elem_type: int) -> np.dtype | None:
+    import onnx  # imported here: sessions import this module, and a cache hit needs no onnx
+
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
     except (KeyError, TypeError, ValueError):

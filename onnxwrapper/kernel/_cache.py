@@ -15,8 +15,11 @@ manage cache files themselves. Properties:
   missing key build it once; the others wait and then hit (``fcntl``/``msvcrt`` locks are
   released by the OS if the holder dies).
 * **Integrity**: ``manifest.json`` records every file's size and sha256. On lookup sizes are
-  always checked and hashes once per process per file state (size, mtime); a corrupt or
-  truncated entry is logged (logger ``onnxwrapper.cache``, WARNING) and rebuilt.
+  always checked and hashes once per process per file state (size, mtime_ns, ctime_ns, inode;
+  a file changed less than ``RACY_SECONDS`` before is hashed every time); a corrupt or
+  truncated entry is logged (logger ``onnxwrapper.cache``, WARNING) and rebuilt. A reader that
+  only wants a hit may check an entry without its lock (:meth:`ArtifactCache.peek`, the same
+  checks) and takes the locked path when anything is off.
 * **Size bound**: after each build, least-recently-used entries (a ``.last_used`` stamp touched
   on every hit) are evicted until the total is at most ``max_bytes`` (default 5 GiB, env
   ``ONNXWRAPPER_CACHE_MAX_BYTES``); entries locked by another process and the entry just built
@@ -45,12 +48,12 @@ import shutil
 import tempfile
 import threading
 import time
-import uuid
 from typing import Any, Callable, Iterator, Mapping
 
 from onnxwrapper.errors import ArtifactError
-from onnxwrapper.kernel._cache_entry import (_STALE_TMP_SECONDS, DEFAULT_MAX_BYTES, ENV_CACHE_DIR,
-                                             ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, STAMP, CacheEntry,
+from onnxwrapper.kernel._cache_eviction import CacheEviction
+from onnxwrapper.kernel._cache_entry import (DEFAULT_MAX_BYTES, ENV_CACHE_DIR,
+                                             ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, RACY_SECONDS, STAMP, CacheEntry,
                                              _list_files, _sha256_file, default_cache_dir, make_key)
 
 __all__ = ["ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "CacheEntry", "ArtifactCache",
@@ -64,7 +67,7 @@ class _ReadOnlyCache(Exception):
     """The cache root cannot be written (its lock files cannot be created)."""
 
 
-class ArtifactCache:
+class ArtifactCache(CacheEviction):
     """A directory of content-addressed entries (see the module docstring).
 
     Args:
@@ -129,9 +132,10 @@ class ArtifactCache:
             lock.release()
 
     # -- reading ---------------------------------------------------------------------------------
-    def _read_verified(self, key: str, repair: bool = True) -> CacheEntry | None:
-        """The entry if present and intact; a corrupt one is logged and (``repair``) removed. Caller holds
-        the lock, or the cache is read-only (``repair=False``)."""
+    def _read_verified(self, key: str, repair: bool = True, quiet: bool = False) -> CacheEntry | None:
+        """The entry if present and intact; a corrupt one is logged (unless ``quiet``) and (``repair``)
+        removed. Caller holds the lock, or the cache is read-only (``repair=False``), or the caller
+        falls back to the locked path on ``None`` (``quiet``)."""
         directory = self.entry_dir(key)
         if not os.path.isdir(directory):
             return None
@@ -147,6 +151,8 @@ class ArtifactCache:
         files = manifest.get("files", {}) if problem is None else {}
         if problem is None:
             problem = self._check_files(key, directory, files)
+        if problem is not None and quiet:
+            return None
         if problem is not None:
             _log.warning("onnxwrapper cache: entry %s in %s is corrupt (%s); %s", key[:16], self.root, problem,
                          "removing it, it will be rebuilt" if repair else "not using it (the cache is read-only)")
@@ -157,6 +163,8 @@ class ArtifactCache:
                           float(manifest.get("created", 0.0)), True, float(manifest.get("build_seconds", 0.0)))
 
     def _check_files(self, key: str, directory: str, files: Mapping[str, Mapping]) -> str | None:
+        start = time.time_ns()
+        racy = False
         states = []
         for name, info in sorted(files.items()):
             path = os.path.join(directory, *name.split("/"))
@@ -166,7 +174,9 @@ class ArtifactCache:
                 return f"file {name} is missing"
             if st.st_size != int(info["size"]):
                 return f"file {name} has {st.st_size} bytes, expected {info['size']} (truncated or modified)"
-            states.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+            states.append((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
+            # a file changed within RACY_SECONDS may change again within its timestamp tick: no memo
+            racy = racy or max(st.st_mtime_ns, st.st_ctime_ns) > start - int(RACY_SECONDS * 1e9)
         memo_key = (self.root, key)
         state = tuple(states)
         with self._verified_lock:
@@ -175,8 +185,9 @@ class ArtifactCache:
         for name, info in sorted(files.items()):
             if _sha256_file(os.path.join(directory, *name.split("/"))) != info["sha256"]:
                 return f"file {name} does not match its sha256 (corrupted)"
-        with self._verified_lock:
-            self._verified[memo_key] = state
+        if not racy:
+            with self._verified_lock:
+                self._verified[memo_key] = state
         return None
 
     def _touch(self, directory: str) -> None:
@@ -199,6 +210,39 @@ class ArtifactCache:
                 return entry
         except _ReadOnlyCache:
             return self._read_verified(key, repair=False) or self._scratch().lookup(key)
+
+    def peek(self, key: str) -> CacheEntry | None:
+        """The verified entry for ``key`` (marked as used), read without its lock; ``None`` when it is
+        absent or anything about it is off (missing or changed files, a bad manifest, a concurrent
+        removal). Nothing is logged or removed then: the caller takes the locked path
+        (:meth:`lookup`, :meth:`get_or_create`), which reports and repairs. The checks are
+        :meth:`lookup`'s: sizes always, sha256 once per process per file state (module docstring).
+        Entries appear and disappear by one rename, so a reader without the lock sees a whole
+        entry or none; the lock only serializes builders and removers."""
+        try:
+            entry = self._read_verified(key, repair=False, quiet=True)
+        except (OSError, ValueError, KeyError, TypeError):  # removed meanwhile, or an odd manifest
+            return None
+        if entry is not None:
+            self._touch(entry.path)
+        return entry
+
+    def store(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry | None:
+        """:meth:`get_or_create` for records that only save later work: in a read-only cache nothing
+        is stored or said (``None``), and no eviction runs after the build.
+
+        Raises:
+            Whatever ``build`` raises; ArtifactError as :meth:`get_or_create`.
+        """
+        try:
+            with self.hold(key):
+                entry = self._read_verified(key)
+                if entry is not None:
+                    self._touch(entry.path)
+                    return entry
+                return self._build(key, build)
+        except _ReadOnlyCache:
+            return None
 
     def _scratch(self) -> "ArtifactCache":
         """The temporary per-process cache that takes the builds of this read-only cache (warned once)."""
@@ -247,7 +291,7 @@ class ArtifactCache:
     def _build(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
         tmp_root = os.path.join(self.root, "tmp")
         os.makedirs(tmp_root, exist_ok=True)
-        tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{os.urandom(4).hex()}")
         os.makedirs(tmp)
         start = time.perf_counter()
         try:
@@ -279,7 +323,7 @@ class ArtifactCache:
 
     # -- maintenance -----------------------------------------------------------------------------
     def _remove_dir(self, directory: str) -> None:
-        trash = os.path.join(self.root, "tmp", f"trash.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        trash = os.path.join(self.root, "tmp", f"trash.{os.getpid()}.{os.urandom(4).hex()}")
         try:
             os.makedirs(os.path.dirname(trash), exist_ok=True)
             os.replace(directory, trash)
@@ -299,88 +343,6 @@ class ArtifactCache:
         except _ReadOnlyCache:
             scratch = self._scratch_caches.get(self.root)
             return scratch.remove(key) if scratch is not None else False
-
-    def entries(self) -> list[tuple[str, int, float]]:
-        """``(key, size in bytes, last-used time)`` of every entry, least recently used first
-        (unverified: read from the manifests)."""
-        base = os.path.join(self.root, "entries")
-        result = []
-        try:
-            names = os.listdir(base)
-        except OSError:
-            return []
-        for key in names:
-            directory = os.path.join(base, key)
-            try:
-                with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-                    manifest = json.load(f)
-                size = sum(int(i["size"]) for i in manifest.get("files", {}).values())
-            except (OSError, ValueError, KeyError, TypeError):
-                files = _list_files(directory) if os.path.isdir(directory) else {}
-                size = sum(os.path.getsize(p) for p in files.values())
-            try:
-                used = os.path.getmtime(os.path.join(directory, STAMP))
-            except OSError:
-                used = 0.0
-            result.append((key, size, used))
-        result.sort(key=lambda item: item[2])
-        return result
-
-    def size_bytes(self) -> int:
-        """Total size of all entries in bytes."""
-        return sum(size for _key, size, _used in self.entries())
-
-    def prune(self, max_bytes: int | None = None, *, keep: tuple[str, ...] = ()) -> list[str]:
-        """Evict least-recently-used entries until the total is at most ``max_bytes``.
-
-        Args:
-            max_bytes: bound in bytes; ``None`` → :attr:`max_bytes`.
-            keep: keys never evicted by this call.
-
-        Returns:
-            The evicted keys. Entries whose lock another process holds are skipped. Stale
-            temporary directories (older than 6 h) of crashed builders are removed too.
-        """
-        import filelock
-
-        bound = self.max_bytes if max_bytes is None else int(max_bytes)
-        self._clean_tmp()
-        entries = self.entries()
-        total = sum(size for _k, size, _u in entries)
-        evicted = []
-        for key, size, _used in entries:
-            if total <= bound:
-                break
-            if key in keep:
-                continue
-            try:
-                lock = self._lock(key, timeout=0)
-                lock.acquire()
-            except (filelock.Timeout, OSError):  # held by another process, or a read-only cache
-                continue
-            try:
-                self._remove_dir(self.entry_dir(key))
-            finally:
-                lock.release()
-            total -= size
-            evicted.append(key)
-            _log.info("onnxwrapper cache: evicted least-recently-used entry %s (%.1f MB)", key[:16], size / 1e6)
-        return evicted
-
-    def _clean_tmp(self) -> None:
-        tmp_root = os.path.join(self.root, "tmp")
-        try:
-            names = os.listdir(tmp_root)
-        except OSError:
-            return
-        now = time.time()
-        for name in names:
-            path = os.path.join(tmp_root, name)
-            try:
-                if now - os.path.getmtime(path) > _STALE_TMP_SECONDS:
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                continue
 
     def clear(self) -> int:
         """Remove every entry; returns how many were removed."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "MANIFEST", "STAMP",
-           "CacheEntry", "default_cache_dir", "make_key"]
+           "RACY_SECONDS", "CacheEntry", "default_cache_dir", "hash_file", "make_key"]
 
 ENV_CACHE_DIR = "ONNXWRAPPER_CACHE_DIR"
 ENV_CACHE_MAX_BYTES = "ONNXWRAPPER_CACHE_MAX_BYTES"
@@ -23,6 +23,9 @@ DEFAULT_MAX_BYTES = 5 * 1024 ** 3
 MANIFEST = "manifest.json"
 STAMP = ".last_used"
 _CHUNK = 1 << 20
+#: a file changed less than this long (s) before it is hashed is hashed again on its next use in the
+#: process (a rewrite within the same timestamp tick could keep its size, times and inode)
+RACY_SECONDS = 2.0
 _STALE_TMP_SECONDS = 6 * 3600
 
 
@@ -49,11 +52,29 @@ def make_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def hash_file(digest, f) -> int:
+    """Feed the rest of the open binary file ``f`` to ``digest`` through one reused buffer of at most
+    1 MiB (no copy of the file in memory; a file truncated meanwhile is simply shorter, never a crash as
+    with a memory map). Returns the number of bytes hashed."""
+    try:
+        size = os.fstat(f.fileno()).st_size - f.tell()
+    except (OSError, ValueError):
+        size = _CHUNK
+    buffer = bytearray(max(1, min(_CHUNK, size + 1)))  # +1: the read that finds the end
+    view = memoryview(buffer)
+    total = 0
+    while True:
+        n = f.readinto(buffer)
+        if not n:
+            return total
+        digest.update(view[:n])
+        total += n
+
+
 def _sha256_file(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            digest.update(chunk)
+        hash_file(digest, f)
     return digest.hexdigest()
 
 

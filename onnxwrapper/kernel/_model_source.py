@@ -13,18 +13,54 @@ directory / non-protobuf file         ``InvalidProtobuf`` ``[ONNXRuntimeError] :
 corrupt or truncated bytes            ``InvalidProtobuf`` ``[ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Failed to load model because protobuf parsing failed.``
 empty bytes                           ``InvalidArgument`` ``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : No graph was found in the protobuf.``
 ====================================  =================  ==================================================
+
+Hashes (:meth:`ModelSource.content_hash`, :meth:`ModelSource.bytes_digest`) are computed from the
+files' bytes the first time a process asks for a file; later requests in the same process reuse
+them while the file's ``(size, mtime_ns, ctime_ns, inode, device)`` is unchanged. A file whose
+timestamps are within :data:`RACY_SECONDS` of the moment it was hashed is hashed again every time
+(a rewrite in the same timestamp tick could keep them), so an overwritten file — even one of the
+same size — gets a new hash.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import time
 
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-__all__ = ["ModelSource"]
+from onnxwrapper.kernel._cache_entry import RACY_SECONDS, hash_file
 
-_CHUNK = 1 << 20
+__all__ = ["ModelSource", "RACY_SECONDS"]
+
+#: per process: absolute path → (file state, sha256 object after the length and bytes of the model)
+_BYTES_MEMO: dict[str, tuple[tuple, object]] = {}
+#: per process: (absolute path, supplied names, supplied files) → (states of the model and its
+#: external files, content hash, external references)
+_CONTENT_MEMO: dict[tuple, tuple] = {}
+_memo_lock = threading.Lock()
+_MEMO_MAX = 256
+
+
+def _state(path: str, since_ns: int) -> tuple | None:
+    """``(size, mtime_ns, ctime_ns, inode, device)`` of ``path``, or ``None`` when it cannot key a
+    memo: unreadable, or changed within :data:`RACY_SECONDS` before ``since_ns`` (``time_ns()``)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if max(st.st_mtime_ns, st.st_ctime_ns) > since_ns - int(RACY_SECONDS * 1e9):
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
+
+
+def _remember(memo: dict, key, value) -> None:
+    with _memo_lock:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = value
 
 
 class ModelSource:
@@ -40,6 +76,8 @@ class ModelSource:
         self.path = path
         self._data = data
         self._hashes: dict[tuple, str] = {}
+        self._digest = None  # sha256 object after the length and the bytes of the model
+        self._external: dict[str, tuple[str, set[str]]] | None = None
 
     @classmethod
     def from_arg(cls, path_or_bytes) -> "ModelSource":
@@ -117,6 +155,8 @@ class ModelSource:
             if self.path is None:
                 raise C.InvalidArgument("[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : No graph was found in the protobuf.")
             raise self._unparsable()
+        if self._external is None:
+            self._external = self._external_of(model)
         if load_external_data and self.path is not None:
             from onnx.external_data_helper import load_external_data_for_model
 
@@ -128,25 +168,90 @@ class ModelSource:
         return sorted(self._external_data())
 
     def _external_data(self) -> dict[str, tuple[str, set[str]]]:
-        """``{normalized path: (location as written in the model, {tensor names})}``."""
+        """``{normalized path: (location as written in the model, {tensor names})}`` (the model is
+        parsed once for it; :meth:`load_proto` and :meth:`set_external_data` fill it too)."""
+        if self._external is None:
+            self._external = self._external_of(self.load_proto()) if self.path is not None else {}
+        return self._external
+
+    def _external_of(self, model) -> dict[str, tuple[str, set[str]]]:
         from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
         if self.path is None:
             return {}
         files: dict[str, tuple[str, set[str]]] = {}
-        for tensor in _get_all_tensors(self.load_proto()):
+        for tensor in _get_all_tensors(model):
             if uses_external_data(tensor):
                 for entry in tensor.external_data:
                     if entry.key == "location":
-                        path = os.path.normpath(os.path.join(self.directory, entry.value))
-                        files.setdefault(path, (entry.value, set()))[1].add(tensor.name)
+                        files.setdefault(self._external_path(entry.value), (entry.value, set()))[1].add(tensor.name)
         return files
 
+    def _external_path(self, location: str) -> str:
+        return os.path.normpath(os.path.join(self.directory, location))
+
+    def external_references(self) -> list[tuple[str, list[str]]]:
+        """``[(location as written in the model, sorted tensor names)]`` of its external data, by location."""
+        return sorted((location, sorted(tensors)) for location, tensors in self._external_data().values())
+
+    def set_external_data(self, references) -> None:
+        """Give the model's external-data references without parsing it: what
+        :meth:`external_references` returned for this very content (e.g. kept in a backend's
+        content-addressed record of the model). Ignored for bytes models."""
+        if self.path is None:
+            return
+        files: dict[str, tuple[str, set[str]]] = {}
+        for location, tensors in references:
+            files.setdefault(self._external_path(location), (location, set()))[1].update(tensors)
+        self._external = files
+
+    def _bytes_state(self):
+        """The sha256 object after the model's length (8 bytes, little endian) and bytes; for a path,
+        reused within the process while the file is unchanged (module docstring)."""
+        if self._digest is not None:
+            return self._digest
+        start = time.time_ns()
+        path = os.path.abspath(self.path) if self.path is not None else None
+        before = _state(path, start) if path is not None else None
+        known = _BYTES_MEMO.get(path) if before is not None else None
+        if known is not None and known[0] == before:
+            self._digest = known[1]
+            return self._digest
+        digest = self._hash_file(path) if self._data is None and path is not None else None
+        if digest is None:
+            data = self.read_bytes()
+            digest = hashlib.sha256()
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+        if before is not None and _state(path, start) == before:
+            _remember(_BYTES_MEMO, path, (before, digest))
+        self._digest = digest
+        return digest
+
+    @staticmethod
+    def _hash_file(path: str):
+        """The sha256 object of :meth:`_bytes_state` streamed from the file (a cache hit never needs
+        the bytes themselves), or ``None`` when it cannot be read or changed size meanwhile
+        (:meth:`read_bytes` then raises ORT's error, or reads it once for both)."""
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                digest = hashlib.sha256(size.to_bytes(8, "little"))
+                return digest if hash_file(digest, f) == size else None
+        except OSError:
+            return None
+
+    def bytes_digest(self) -> str:
+        """Hex sha256 of the model's length (8 bytes, little endian) and serialized bytes: the
+        identity of the model file's content alone (:meth:`content_hash` adds external data).
+
+        Raises:
+            NoSuchFile / InvalidProtobuf as :meth:`read_bytes`.
+        """
+        return self._bytes_state().hexdigest()
+
     def _hash(self, supplied_names: frozenset, supplied_files: frozenset) -> str:
-        digest = hashlib.sha256()
-        data = self.read_bytes()
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
+        digest = self._bytes_state().copy()
         for path, (location, tensors) in sorted(self._external_data().items()):
             digest.update(os.path.relpath(path, self.directory).encode())
             if not os.path.exists(path):
@@ -155,8 +260,7 @@ class ModelSource:
                     continue  # supplied from memory through SessionOptions: hashed by the caller
                 raise self._missing_external(path)
             with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(_CHUNK), b""):
-                    digest.update(chunk)
+                hash_file(digest, f)
         return digest.hexdigest()
 
     def _missing_external(self, path: str) -> C.Fail:
@@ -165,6 +269,8 @@ class ModelSource:
 
     def content_hash(self, supplied_names=frozenset(), supplied_files=frozenset()) -> str:
         """Hex sha256 over the model bytes and every external-data file (relative name + bytes).
+
+        Reused within the process while the files are unchanged (module docstring).
 
         Args:
             supplied_names: initializer names whose external data the user supplies in memory
@@ -178,5 +284,23 @@ class ModelSource:
         """
         key = (frozenset(supplied_names), frozenset(supplied_files))
         if key not in self._hashes:
-            self._hashes[key] = self._hash(*key)
+            self._hashes[key] = self._memo_hash(*key)
         return self._hashes[key]
+
+    def _memo_hash(self, supplied_names: frozenset, supplied_files: frozenset) -> str:
+        if self.path is None:
+            return self._hash(supplied_names, supplied_files)
+        start = time.time_ns()
+        memo_key = (os.path.abspath(self.path), supplied_names, supplied_files)
+        known = _CONTENT_MEMO.get(memo_key)
+        if known is not None and all(_state(path, start) == state for path, state in known[0]):
+            if self._external is None:  # the references are part of what was hashed
+                self._external = known[2]
+            return known[1]
+        # states taken after hashing are safe: a file changed since ``start`` is racy (no state, no memo)
+        value = self._hash(supplied_names, supplied_files)
+        external = self._external_data()
+        states = tuple((path, _state(path, start)) for path in (memo_key[0], *sorted(external)))
+        if all(state is not None for _path, state in states):
+            _remember(_CONTENT_MEMO, memo_key, (states, value, external))
+        return value
