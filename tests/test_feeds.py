@@ -12,8 +12,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto as T
 
-from onnxwrapper.kernel import _feeds
-from onnxwrapper.kernel._feeds import FeedCheck, feed_signature, numpy_to_ort_type, ort_type_to_numpy, validate_feed
+from onnxwrapper.kernel._feeds import feed_signature, numpy_to_ort_type, ort_type_to_numpy, validate_feed
 from tests import models
 
 
@@ -67,40 +66,6 @@ def test_validate_feed_matches_onnxruntime(case):
             assert arr.dtype == np.float32 and arr.shape in ((3, 2),), name
     else:
         assert ours == theirs
-
-
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_feed_check_after_an_accepted_call_matches_onnxruntime(case):
-    """Primed with a good call (the fast path's memory), every case still gets ORT's answer."""
-    sess = onnxruntime.InferenceSession(_two_input_model())
-    check = FeedCheck(sess.get_inputs(), sess.get_outputs())
-    check({"X": x, "Z": x}, None)
-    names, feed = CASES[case]
-    ours = _outcome(lambda: check(feed, names))
-    theirs = _outcome(lambda: sess.run(names, feed))
-    if theirs[0] == "ok":
-        arrays, resolved = ours[1]
-        assert resolved == (names or ["Y"]) and all(a.dtype == np.float32 and a.shape == (3, 2) for a in arrays.values())
-    else:
-        assert ours == theirs
-
-
-def test_feed_check_validates_a_repeated_call_once(monkeypatch):
-    sess = onnxruntime.InferenceSession(_two_input_model())
-    check = FeedCheck(sess.get_inputs(), sess.get_outputs())
-    calls = []
-    real = _feeds.validate_feed
-    monkeypatch.setattr(_feeds, "validate_feed", lambda *a, **k: calls.append(1) or real(*a, **k))
-    feed = {"X": x, "Z": x}
-    for _ in range(3):
-        arrays, names = check(feed, None)
-        assert all(arrays[k] is feed[k] for k in feed) and names == ["Y"]
-    assert len(calls) == 1
-    check({"X": x, "Z": x}, ["Y"])  # other output names: validated again
-    check({"X": np.ones((5, 2), np.float32), "Z": x}, ["Y"])  # another shape of the dynamic dim
-    check({"X": x.tolist(), "Z": x}, ["Y"])  # a list: converted, never remembered
-    check({"X": x.tolist(), "Z": x}, ["Y"])
-    assert len(calls) == 5
 
 
 def test_list_cast_dtypes_match_onnxruntime():

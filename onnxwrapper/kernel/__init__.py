@@ -10,9 +10,7 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * ORT's own errors for session calls a backend answers itself — :func:`check_providers`,
   :func:`assignment_not_enabled_error`;
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
-  :func:`check_input` (the one validator, onnxruntime's exact errors), :class:`FeedCheck` (the same
-  for one session, skipping a call shaped like the last accepted one),
-  :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+  :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable` (a validated kind of ``run`` call,
   looked up by its key instead of validated again);
 * metadata look-alikes of ``onnxruntime.NodeArg`` / ``ModelMetadata`` — :class:`NodeArgInfo`,
@@ -37,7 +35,7 @@ from __future__ import annotations
 from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
                                        default_cache_dir, make_key)
 from onnxwrapper.kernel._control_flow import control_scalars, has_control_flow
-from onnxwrapper.kernel._feeds import (FeedCheck, check_input, check_output_names, feed_signature, numpy_to_ort_type,
+from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_signature, numpy_to_ort_type,
                                        ort_type_to_numpy, validate_feed, validate_ort_values)
 from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
 from onnxwrapper.kernel._if_folding import bind_inputs, fold_ifs
@@ -59,7 +57,6 @@ __all__ = [
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
     "FORMAT_VERSION",
-    "FeedCheck",
     "ModelMetadataInfo",
     "ModelSource",
     "NodeArgInfo",
