@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from onnxwrapper.backends.qnn._compile import ort_session_class
+from onnxwrapper.kernel import screened_plan
 
 __all__ = ["ort_runner", "plan_run"]
 
@@ -56,7 +57,7 @@ def plan_run(owner, feed: dict, names: list) -> Callable[[Mapping[str, Any], Any
         screen(feed)  # before compiling, as the unplanned run warns first
     shapes = {name: feed[name].shape for name in owner.dynamic_names if name in feed}
     if any(0 in shape for shape in shapes.values()):
-        return _plain(ort_runner(owner._empty()), names, screen)
+        return screened_plan(ort_runner(owner._empty()), names, screen)
     shape_key = tuple(shapes.values())
     controls = tuple(name for name in owner.control_names if name in feed)
     if not owner.control_names:
@@ -64,16 +65,6 @@ def plan_run(owner, feed: dict, names: list) -> Callable[[Mapping[str, Any], Any
         return _direct(owner, spec, shape_key, shapes, names, screen)
     keep = tuple(name for name in feed if name not in owner.control_names)
     return _by_values(owner, shape_key, shapes, controls, keep, names, screen)
-
-
-def _plain(run: Runner, names: list, screen):
-    if screen is None:
-        return lambda feed, run_options: run(names, feed, run_options)
-
-    def plan(feed, run_options):
-        screen(feed)
-        return run(names, feed, run_options)
-    return plan
 
 
 def _direct(owner, spec, key: tuple, shapes: dict, names: list, screen):

@@ -10,8 +10,10 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * ORT's own errors for session calls a backend answers itself — :func:`check_providers`,
   :func:`assignment_not_enabled_error`;
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
-  :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`, dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
-* run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable` (a validated kind of ``run`` call,
+  :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`,
+  dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+* run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable`, :func:`screened_plan`
+  (a validated kind of ``run`` call,
   looked up by its key instead of validated again);
 * metadata look-alikes of ``onnxruntime.NodeArg`` / ``ModelMetadata`` — :class:`NodeArgInfo`,
   :class:`ModelMetadataInfo`, :func:`node_args_from_onnx`, :func:`modelmeta_from_onnx`;
@@ -47,7 +49,7 @@ from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_
 from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
-from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable
+from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
 
@@ -97,6 +99,7 @@ __all__ = [
     "recorded_calls",
     "recorded_key",
     "replay_calls",
+    "screened_plan",
     "shapes_note",
     "specialize",
     "supplied_external_data",

@@ -199,15 +199,18 @@ class ArtifactCache(CacheEviction):
         except OSError:  # a read-only cache still works, only LRU order degrades
             pass
 
+    def _used(self, entry: CacheEntry | None) -> CacheEntry | None:
+        """``entry``, marked as used (LRU order) when it is not ``None``."""
+        if entry is not None:
+            self._touch(entry.path)
+        return entry
+
     def lookup(self, key: str) -> CacheEntry | None:
         """The verified entry for ``key`` (marked as used), or ``None``. Corrupt entries are removed
         (left alone in a read-only cache)."""
         try:
             with self.hold(key):
-                entry = self._read_verified(key)
-                if entry is not None:
-                    self._touch(entry.path)
-                return entry
+                return self._used(self._read_verified(key))
         except _ReadOnlyCache:
             return self._read_verified(key, repair=False) or self._scratch().lookup(key)
 
@@ -223,9 +226,7 @@ class ArtifactCache(CacheEviction):
             entry = self._read_verified(key, repair=False, quiet=True)
         except (OSError, ValueError, KeyError, TypeError):  # removed meanwhile, or an odd manifest
             return None
-        if entry is not None:
-            self._touch(entry.path)
-        return entry
+        return self._used(entry)
 
     def store(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry | None:
         """:meth:`get_or_create` for records that only save later work: in a read-only cache nothing
@@ -236,11 +237,7 @@ class ArtifactCache(CacheEviction):
         """
         try:
             with self.hold(key):
-                entry = self._read_verified(key)
-                if entry is not None:
-                    self._touch(entry.path)
-                    return entry
-                return self._build(key, build)
+                return self._used(self._read_verified(key)) or self._build(key, build)
         except _ReadOnlyCache:
             return None
 
@@ -277,9 +274,8 @@ class ArtifactCache(CacheEviction):
         """
         try:
             with self.hold(key):
-                entry = self._read_verified(key)
+                entry = self._used(self._read_verified(key))
                 if entry is not None:
-                    self._touch(entry.path)
                     return entry
                 entry = self._build(key, build)
         except _ReadOnlyCache:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-__all__ = ["RunPlans", "call_key", "plannable"]
+__all__ = ["RunPlans", "call_key", "plannable", "screened_plan"]
 
 Plan = Callable[[Mapping[str, Any], Any], Any]
 #: ``output_names`` types that have a key (read without consuming anything, e.g. not a generator)
@@ -61,6 +61,24 @@ def plannable(output_names, input_feed) -> bool:
     if output_names is None:
         return True
     return type(output_names) in _SEQUENCES and all(isinstance(n, str) for n in output_names)
+
+
+def screened_plan(run: Callable, names, screen: Callable | None) -> Callable:
+    """The plan ``(feed, run_options) -> outputs`` that calls ``run(names, feed, run_options)``,
+    after ``screen(feed)`` (a NaN/±Inf screen that warns, or ``None`` for no screen).
+
+    Args:
+        run: an ORT-style ``run(output_names, feed, run_options)``.
+        names: the output names (``None``: all), list of str, already validated.
+        screen: ``callable(feed)`` or ``None``.
+    """
+    if screen is None:
+        return lambda feed, run_options: run(names, feed, run_options)
+
+    def plan(feed, run_options):
+        screen(feed)
+        return run(names, feed, run_options)
+    return plan
 
 
 class RunPlans:
@@ -103,14 +121,7 @@ class RunPlans:
         error is ORT's: ORT's ``run`` checks every call."""
         def build(feed: dict, output_names) -> Plan:
             names = None if output_names is None else list(output_names)
-            screen = check.screen(feed)
-            if screen is None:
-                return lambda input_feed, run_options: run(names, input_feed, run_options)
-
-            def plan(input_feed, run_options):
-                screen(input_feed)
-                return run(names, input_feed, run_options)
-            return plan
+            return screened_plan(run, names, check.screen(feed))
         return cls(build)
 
     def add(self, key: tuple, plan: Plan) -> None:
