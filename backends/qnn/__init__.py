@@ -25,8 +25,9 @@ Session life cycle (:meth:`QnnBackend.open`):
 
 :func:`compile_model` is the same compile as a public function (used by ``aipc compile``), with
 an optional DLC export (``dlc_dir``); :func:`precompile` fills the compile cache for many
-signatures at once (``jobs`` workers); :class:`WorkerPool` / :func:`compile_many` /
-:class:`CompileRequest` are the worker layer under both.
+signatures at once (``jobs`` workers; :func:`default_jobs` suggests how many; used by ``aipc
+compile --from-capture``); :class:`WorkerPool` / :func:`compile_many` / :class:`CompileRequest`
+are the worker layer under both.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from onnxwrapper.backends.qnn._backend import QnnBackend
 from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, TensorInfo, read_binary_info
 from onnxwrapper.backends.qnn._export import CompileResult, compile_model
 from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES, qnn_rejection_reason
-from onnxwrapper.backends.qnn._precompile import PrecompileResult, precompile
+from onnxwrapper.backends.qnn._precompile import PrecompileResult, default_jobs, precompile
 from onnxwrapper.backends.qnn._workers import CompileRequest, WorkerPool, compile_many
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "WorkerPool",
     "compile_many",
     "compile_model",
+    "default_jobs",
     "precompile",
     "qnn_rejection_reason",
     "read_binary_info",
