@@ -13,7 +13,8 @@ Usage::
 NAME is a script's name without ``bench_`` and ``.py`` (overhead, dispatch, qnn, creation, capture,
 diff, precompile). ``precompile`` needs a real app (``$BENCH_APP_PYTHON``, ``$BENCH_TRYAII_SCRIPT``,
 see its docstring) and is reported as skipped without it. ``--quick`` measures fewer repeats (a
-smoke run; figures are noisier). Exit status: 0 when every benchmark ran (and, with ``--strict``, met its targets), 1 otherwise.
+smoke run; figures are noisier). Exit status: 0 when every benchmark ran (and, with ``--strict``,
+met its targets), 1 otherwise.
 """
 
 from __future__ import annotations
