@@ -41,8 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("aipc._cmd_diff", "run a script on two backends and compare every session's outputs"),
     "fix": ("aipc._cmd_fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
     "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
-    "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP (fp16, w8a16, w8a8); --from-capture DIR: "
-                                     "a captured run's shapes"),
+    "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
     "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
 }
 

@@ -180,6 +180,12 @@ def test_a_model_filter_that_matches_nothing_lists_the_models(tmp_path, capsys):
     assert status == 64 and "no model of the capture is 'other.onnx'" in err and "relu.onnx" in err
 
 
+def test_help_fits_100_columns_and_says_how_keys_match(capsys):
+    status, out, _ = _run(capsys, "--from-capture", "x", "--help")
+    assert status == 0 and not [ln for ln in out.splitlines() if len(ln) > 100]
+    assert "AIPC_CACHE_DIR" in out and "SessionOptions" in out and "--jobs" in out
+
+
 def test_default_jobs_is_bounded_by_cpus_memory_and_the_work():
     from onnxwrapper.backends.qnn import _precompile, default_jobs
 
