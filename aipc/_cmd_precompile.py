@@ -155,11 +155,11 @@ def _compile_model(plan: ModelPlan, options: dict, pool, progress: _Progress) ->
 
 
 def _run(plans: list[ModelPlan], options: dict, jobs: int, show_progress: bool) -> dict[str, list]:
-    from onnxwrapper.backends.qnn import KEEP_HEAP_ENV, WorkerPool
+    from onnxwrapper.backends.qnn import WorkerPool
 
     usable = [p for p in plans if p.error is None]
     progress = _Progress(sum(len(p.signatures) for p in usable), show_progress)
-    pool = WorkerPool(jobs, env=KEEP_HEAP_ENV)  # short-lived: workers may keep their heap
+    pool = WorkerPool(jobs)
     try:  # every model at once on one pool: the workers stay busy across models
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(usable)),
                                                    thread_name_prefix="aipc-precompile") as executor:

