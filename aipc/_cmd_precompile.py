@@ -160,6 +160,7 @@ def _run(plans: list[ModelPlan], options: dict, jobs: int, show_progress: bool) 
     usable = [p for p in plans if p.error is None]
     progress = _Progress(sum(len(p.signatures) for p in usable), show_progress)
     pool = WorkerPool(jobs)
+    pool.start()  # the workers boot while each model is read and hashed
     try:  # every model at once on one pool: the workers stay busy across models
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(usable)),
                                                    thread_name_prefix="aipc-precompile") as executor:

@@ -63,6 +63,17 @@ def _shape(value) -> tuple:
     return tuple(int(d) for d in value)
 
 
+def _elements(entry: Mapping[str, Any]) -> int:
+    """Elements fed by a signature entry (its inputs' shapes multiplied out): the compile-cost order."""
+    total = 0
+    for value in entry.values():
+        try:
+            total += int(np.prod(_shape(value), dtype=np.int64))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
 def _available_memory() -> int | None:
     """Bytes of memory available to new processes (Linux ``MemAvailable``, else free physical pages)."""
     try:
@@ -138,17 +149,28 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
     if config.get("repairs") is not None:
         raise BackendOptionError("precompile does not apply repair recipes; open a session with the 'repairs' option "
                                  "to compile a repaired model.", backend="qnn")
+    own_pool = pool is None
+    pool = WorkerPool(jobs) if pool is None else pool
+    pool.start()  # the workers boot while the model is read and hashed here
+    try:
+        return _precompile_on(pool, model, signatures, config, sess_options, availability.real_npu, on_result)
+    finally:
+        if own_pool:
+            pool.close()
+
+
+def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, Any]], config: Mapping[str, Any],
+                   sess_options, real_npu: bool, on_result) -> list:
+    """:func:`precompile` on ``pool`` with validated ``config``."""
     source = ModelSource.from_arg(model)
     original = source.load_proto()
     proto = fix_free_dimensions(original, sess_options)  # the inputs as ORT sees them, as in a session
     request = SessionRequest(model, sess_options)
     label = repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
     setup = qnn_setup(config, request_ep_options(request), source, user_so=sess_options, kwargs={}, label=label,
-                      real_npu=availability.real_npu).register()
+                      real_npu=real_npu).register()
     dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
     static_dims = {n: d for n, d in input_dims(proto).items() if d is not None and n not in dynamic}
-    own_pool = pool is None
-    pool = WorkerPool(jobs) if pool is None else pool
     compile_epcontext = EpContextFromOnnx(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
 
     def one(index: int, entry: Mapping[str, Any]):
@@ -173,10 +195,9 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
         except Exception as exc:  # noqa: BLE001 - returned per signature
             return exc
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
-                                                   thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
-            return list(executor.map(one, range(len(signatures)), signatures))
-    finally:
-        if own_pool:
-            pool.close()
+    # largest signatures first (longest compiles first: the last compiles, running alone, are short)
+    order = sorted(range(len(signatures)), key=lambda i: -_elements(signatures[i]))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
+                                               thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
+        futures = {i: executor.submit(one, i, signatures[i]) for i in order}
+        return [futures[i].result() for i in range(len(signatures))]
