@@ -7,6 +7,8 @@ usage: aipc compile MODEL -o OUT [--target T] [--precision fp16|fp32|w8a16|w8a8]
                     [--shape NAME=D0,D1,...]... [--dim NAME=N]...
                     [--per-tensor] [--no-keep-fragile] [--dlc] [--profile]
                     [--no-patch] [--no-check] [--overwrite] [--json]
+       aipc compile --from-capture DIR [--jobs N] […]   every shape of a captured run, into the
+                    compile cache, in parallel (`aipc compile --from-capture DIR --help`)
 
 OUT is a directory (files named after MODEL) or the path of the EPContext model (*.onnx).
 Files written:
@@ -208,7 +210,6 @@ def main(args: argparse.Namespace) -> int:
     stages = _Stages(steps, enabled=not args.no_progress)
     import warnings
 
-
     try:
         with warnings.catch_warnings():
             # the partition (with the CPU nodes and reasons) is part of the summary printed below
@@ -237,7 +238,6 @@ class _UsageProblem(Exception):
 def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, paths: dict, stages: _Stages) -> dict:
     import onnx
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
-
 
     summary: dict[str, Any] = {"model": os.path.abspath(args.model), "precision": args.precision,
                                "backend_options": options, "notes": []}

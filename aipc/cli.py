@@ -8,6 +8,7 @@ Forms::
     aipc diff|fix|inspect|compile|capture [options…]
     aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
     aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
+    aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc._cmd_precompile)
 
 A subcommand other than ``run`` lives in ``aipc._cmd_<name>``, a module exposing
 ``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when invoked, and a
@@ -40,7 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "diff": ("aipc._cmd_diff", "run a script on two backends and compare every session's outputs"),
     "fix": ("aipc._cmd_fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
     "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
-    "compile": ("aipc._cmd_compile", "compile a model into an EPContext model + QNN context binary (fp16, w8a16, w8a8)"),
+    "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
     "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
 }
 
@@ -116,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from aipc._cmd_model import diff_model_command
 
         return diff_model_command(argv[1:])
+    if first == "compile" and any(t == "--from-capture" or t.startswith("--from-capture=") for t in argv[1:]):
+        return _subcommand(first, argv[1:], "aipc._cmd_precompile")
     if first in SUBCOMMANDS:
         return _subcommand(first, argv[1:])
     typo = _subcommand_typo(first)
@@ -160,8 +163,9 @@ def _subcommand_typo(token: str) -> str | None:
     return close[0] if close else None
 
 
-def _subcommand(name: str, argv: list) -> int:
-    module_name, text = SUBCOMMANDS[name]
+def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
+    default_module, text = SUBCOMMANDS[name]
+    module_name = module_name or default_module
     try:
         module = importlib.import_module(module_name)
         add_arguments, entry = module.add_arguments, module.main

@@ -11,8 +11,10 @@ Usage::
     python benchmarks/run_all.py [--json PATH] [--only NAME,…] [--skip NAME,…] [--quick] [--strict]
 
 NAME is a script's name without ``bench_`` and ``.py`` (overhead, dispatch, qnn, creation, capture,
-diff). ``--quick`` measures fewer repeats (a smoke run; figures are noisier). Exit status: 0 when
-every benchmark ran (and, with ``--strict``, met its targets), 1 otherwise.
+diff, precompile). ``precompile`` needs a real app (``$BENCH_APP_PYTHON``, ``$BENCH_TRYAII_SCRIPT``,
+see its docstring) and is reported as skipped without it. ``--quick`` measures fewer repeats (a
+smoke run; figures are noisier). Exit status: 0 when every benchmark ran (and, with ``--strict``,
+met its targets), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from _figures import host, load_average
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: in the order they run: the long ones last
-ORDER = ["overhead", "dispatch", "qnn", "creation", "capture", "diff"]
+ORDER = ["overhead", "dispatch", "qnn", "creation", "capture", "diff", "precompile"]
 QUICK = {"overhead": ["--rounds", "5", "--calls", "5000"], "dispatch": ["--rounds", "7", "--calls", "1000"],
          "qnn": ["--repeats", "2", "--runs", "3"], "creation": ["--pairs", "3", "--warm", "4"],
-         "capture": ["--repeat", "3"], "diff": ["--repeat", "1"]}
+         "capture": ["--repeat", "3"], "diff": ["--repeat", "1"], "precompile": ["--pairs", "1"]}
+#: exit status of a benchmark whose app is not set up on this machine (it says how): skipped, not failed
+EXIT_NOT_SET_UP = 2
 
 
 def run_one(name: str, quick: bool) -> dict:
@@ -51,7 +55,9 @@ def run_one(name: str, quick: bool) -> dict:
                 figures = json.load(f)
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
     result = {"exit": proc.returncode, "seconds": round(seconds, 1), "figures": figures, "output": lines}
-    if not figures:
+    if not figures and proc.returncode == EXIT_NOT_SET_UP:
+        result["skipped"] = (proc.stderr.strip().splitlines() or ["not set up"])[0]
+    elif not figures:
         result["error"] = proc.stderr.strip().splitlines()[-12:]
     return result
 
@@ -76,6 +82,8 @@ def main(argv=None) -> int:
         result = summary["benchmarks"][name] = run_one(name, args.quick)
         for line in result["output"]:
             print(f"   {line}")
+        if "skipped" in result:
+            print(f"   skipped: {result['skipped']}")
         if "error" in result:
             print(f"   FAILED (exit {result['exit']}): " + " | ".join(result["error"][-3:]))
         sys.stdout.flush()

@@ -25,8 +25,9 @@ Session life cycle (:meth:`QnnBackend.open`):
 
 :func:`compile_model` is the same compile as a public function (used by ``aipc compile``), with
 an optional DLC export (``dlc_dir``); :func:`precompile` fills the compile cache for many
-signatures at once (``jobs`` workers); :class:`WorkerPool` / :func:`compile_many` /
-:class:`CompileRequest` are the worker layer under both.
+signatures at once (``jobs`` workers; :func:`default_jobs` suggests how many; used by ``aipc
+compile --from-capture``); :class:`WorkerPool` / :func:`compile_many` / :class:`CompileRequest`
+are the worker layer under both.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ _LAZY = {
     "QNN_OP_TYPES": "_op_support",
     "qnn_rejection_reason": "_op_support",
     "PrecompileResult": "_precompile",
+    "default_jobs": "_precompile",
     "precompile": "_precompile",
     "CompileRequest": "_workers",
     "WorkerPool": "_workers",
@@ -70,6 +72,7 @@ __all__ = [
     "WorkerPool",
     "compile_many",
     "compile_model",
+    "default_jobs",
     "precompile",
     "qnn_rejection_reason",
     "read_binary_info",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -27,7 +27,16 @@ from onnxwrapper.backends.base import SessionRequest
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import ModelSource, dynamic_inputs, fix_free_dimensions, input_dims
 
-__all__ = ["PrecompileResult", "precompile"]
+__all__ = ["PrecompileResult", "default_jobs", "precompile", "WORKER_BASE_MIB", "MAX_DEFAULT_JOBS"]
+
+#: resident memory of an idle compile worker (ORT + the QNN backend loaded), MiB — measured
+WORKER_BASE_MIB = 180
+#: peak worker memory while compiling, per byte of model file, beyond :data:`WORKER_BASE_MIB`
+#: (measured: a 23 MB int8 MiniLM peaks at ≈ 600 MiB, i.e. ≈ 18 × the file)
+_PEAK_PER_MODEL_BYTE = 18
+#: the most workers :func:`default_jobs` suggests (each compile is single-threaded enough that more
+#: processes than cores only add memory)
+MAX_DEFAULT_JOBS = 8
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,58 @@ def _shape(value) -> tuple:
     return tuple(int(d) for d in value)
 
 
+def _elements(entry: Mapping[str, Any]) -> int:
+    """Elements fed by a signature entry (its inputs' shapes multiplied out): the compile-cost order."""
+    total = 0
+    for value in entry.values():
+        try:
+            total += int(np.prod(_shape(value), dtype=np.int64))
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available to new processes (Linux ``MemAvailable``, else free physical pages)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def default_jobs(pending: int | None = None, model_bytes: int = 0) -> int:
+    """How many compile workers to run at once: usable CPUs, bounded by half the available memory
+    (a worker ≈ :data:`WORKER_BASE_MIB` MiB + ≈ 18 × the model file while compiling), by
+    :data:`MAX_DEFAULT_JOBS` and by ``pending`` (the number of compiles). Always ≥ 1.
+
+    Args:
+        pending: number of compiles to run (``None``: no bound). model_bytes: size of the largest
+            model file to compile (bytes).
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    jobs = min(max(1, cpus), MAX_DEFAULT_JOBS)
+    available = _available_memory()
+    if available:
+        per_worker = WORKER_BASE_MIB * 2 ** 20 + _PEAK_PER_MODEL_BYTE * max(0, int(model_bytes))
+        jobs = min(jobs, max(1, int(available // 2 // per_worker)))
+    if pending is not None:
+        jobs = min(jobs, max(1, int(pending)))
+    return jobs
+
+
 def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: Mapping[str, Any] | None = None,
-               *, sess_options=None, jobs: int = 1) -> list:
+               *, sess_options=None, jobs: int = 1, pool: WorkerPool | None = None,
+               on_result: Callable[[int, Any], None] | None = None) -> list:
     """Compile ``model``'s specializations for ``signatures`` into the compile cache, ``jobs`` at once.
 
     Args:
@@ -66,7 +125,12 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
             has one specialization (pass ``[{}]``).
         backend_options / sess_options: as for the sessions that will use the cache (they are part
             of the cache key).
-        jobs: compile worker processes used at once (≥ 1; each ≈ 180 MiB).
+        jobs: compile worker processes used at once (≥ 1; each ≈ 180 MiB, more while it compiles a
+            large model: ≈ 600 MiB peak measured for a 23 MB int8 MiniLM); ignored with ``pool``.
+        pool: a :class:`~onnxwrapper.backends.qnn.WorkerPool` to compile on (shared by several
+            models compiled at once; left running), instead of a pool of ``jobs`` of its own.
+        on_result: called as ``on_result(index, result)`` when a signature is done (from a worker
+            thread, in completion order), e.g. to advance a progress bar; its exceptions propagate.
 
     Returns:
         One entry per signature, in order: a :class:`PrecompileResult`, or the exception that
@@ -85,19 +149,37 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
     if config.get("repairs") is not None:
         raise BackendOptionError("precompile does not apply repair recipes; open a session with the 'repairs' option "
                                  "to compile a repaired model.", backend="qnn")
+    own_pool = pool is None
+    pool = WorkerPool(jobs) if pool is None else pool
+    pool.start()  # the workers boot while the model is read and hashed here
+    try:
+        return _precompile_on(pool, model, signatures, config, sess_options, availability.real_npu, on_result)
+    finally:
+        if own_pool:
+            pool.close()
+
+
+def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, Any]], config: Mapping[str, Any],
+                   sess_options, real_npu: bool, on_result) -> list:
+    """:func:`precompile` on ``pool`` with validated ``config``."""
     source = ModelSource.from_arg(model)
     original = source.load_proto()
     proto = fix_free_dimensions(original, sess_options)  # the inputs as ORT sees them, as in a session
     request = SessionRequest(model, sess_options)
     label = repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
     setup = qnn_setup(config, request_ep_options(request), source, user_so=sess_options, kwargs={}, label=label,
-                      real_npu=availability.real_npu).register()
+                      real_npu=real_npu).register()
     dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
     static_dims = {n: d for n, d in input_dims(proto).items() if d is not None and n not in dynamic}
-    pool = WorkerPool(jobs)
     compile_epcontext = EpContextFromOnnx(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
 
-    def one(entry: Mapping[str, Any]):
+    def one(index: int, entry: Mapping[str, Any]):
+        result = compiled_one(entry)
+        if on_result is not None:
+            on_result(index, result)
+        return result
+
+    def compiled_one(entry: Mapping[str, Any]):
         try:
             feed = {k: v for k, v in entry.items() if isinstance(v, np.ndarray)}
             shapes = {k: _shape(v) for k, v in entry.items() if k not in control}
@@ -113,9 +195,9 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
         except Exception as exc:  # noqa: BLE001 - returned per signature
             return exc
 
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
-                                                   thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
-            return list(executor.map(one, signatures))
-    finally:
-        pool.close()
+    # largest signatures first (longest compiles first: the last compiles, running alone, are short)
+    order = sorted(range(len(signatures)), key=lambda i: -_elements(signatures[i]))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
+                                               thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
+        futures = {i: executor.submit(one, i, signatures[i]) for i in order}
+        return [futures[i].result() for i in range(len(signatures))]

@@ -47,10 +47,23 @@ def execute(request) -> Any:
                                 external_data_dir=request.external_data_dir, kwargs=request.kwargs)}
     original = onnx.ModelProto()
     original.ParseFromString(request.original)
-    return generate_epcontext(request.model, request.out_dir, request.session_state, request.ep_options,
+    state = _single_threaded(request.session_state)
+    return generate_epcontext(request.model, request.out_dir, state, request.ep_options,
                               original=original, external_data_dir=request.external_data_dir,
                               ctx_name=request.ctx_name, kwargs=request.kwargs, note=request.note,
                               provenance=request.provenance)
+
+
+def _single_threaded(state):
+    """``state`` (``session_options_state``) for the EPContext-generating session, which is created and
+    never run: one ORT thread, no spinning. Its threads would only compete with parallel compiles
+    (measured, tryaii's 18 shapes on 2 workers: 8.6 → 8.0 s); the compiled context and the cache key
+    (computed by the caller from the user's options) do not depend on them."""
+    state = dict(state or {})
+    state["attributes"] = dict(state.get("attributes") or {}, intra_op_num_threads=1, inter_op_num_threads=1)
+    state["configs"] = dict(state.get("configs") or {}, **{"session.intra_op.allow_spinning": "0"})
+    state.setdefault("calls", [])
+    return state
 
 
 def _keep_warm(ep_options) -> None:
