@@ -186,15 +186,11 @@ def test_help_fits_100_columns_and_says_how_keys_match(capsys):
     assert "AIPC_CACHE_DIR" in out and "SessionOptions" in out and "--jobs" in out
 
 
-def test_default_jobs_is_bounded_by_cpus_memory_and_the_work():
+def test_default_jobs_is_bounded_by_cpus_memory_and_the_work(monkeypatch):
     from onnxwrapper.backends.qnn import _precompile, default_jobs
 
     assert default_jobs(1) == 1 and 1 <= default_jobs() <= _precompile.MAX_DEFAULT_JOBS
-    real = _precompile._available_memory
-    try:
-        _precompile._available_memory = lambda: 300 * 2 ** 20  # half of it holds no second worker
-        assert default_jobs(18) == 1
-        _precompile._available_memory = lambda: 2 ** 40
-        assert default_jobs(18, model_bytes=23_000_000) == min(len(os.sched_getaffinity(0)), 8)
-    finally:
-        _precompile._available_memory = real
+    monkeypatch.setattr(_precompile, "available_memory", lambda: 300 * 2 ** 20)  # half holds no second worker
+    assert default_jobs(18) == 1
+    monkeypatch.setattr(_precompile, "available_memory", lambda: 2 ** 40)
+    assert default_jobs(18, model_bytes=23_000_000) == min(len(os.sched_getaffinity(0)), 8)

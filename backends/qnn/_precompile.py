@@ -25,7 +25,8 @@ from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, sign
 from onnxwrapper.backends.qnn._workers import WorkerPool
 from onnxwrapper.backends.base import SessionRequest
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
-from onnxwrapper.kernel import ModelSource, dynamic_inputs, fix_free_dimensions, input_dims
+from onnxwrapper.kernel import (ModelSource, available_memory, cpu_count, dynamic_inputs, fix_free_dimensions,
+                                input_dims)
 
 __all__ = ["PrecompileResult", "default_jobs", "precompile", "WORKER_BASE_MIB", "MAX_DEFAULT_JOBS"]
 
@@ -74,21 +75,6 @@ def _elements(entry: Mapping[str, Any]) -> int:
     return total
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory available to new processes (Linux ``MemAvailable``, else free physical pages)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
 def default_jobs(pending: int | None = None, model_bytes: int = 0) -> int:
     """How many compile workers to run at once: usable CPUs, bounded by half the available memory
     (a worker ≈ :data:`WORKER_BASE_MIB` MiB + ≈ 18 × the model file while compiling), by
@@ -98,12 +84,8 @@ def default_jobs(pending: int | None = None, model_bytes: int = 0) -> int:
         pending: number of compiles to run (``None``: no bound). model_bytes: size of the largest
             model file to compile (bytes).
     """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    jobs = min(max(1, cpus), MAX_DEFAULT_JOBS)
-    available = _available_memory()
+    jobs = min(cpu_count(), MAX_DEFAULT_JOBS)
+    available = available_memory()
     if available:
         per_worker = WORKER_BASE_MIB * 2 ** 20 + _PEAK_PER_MODEL_BYTE * max(0, int(model_bytes))
         jobs = min(jobs, max(1, int(available // 2 // per_worker)))

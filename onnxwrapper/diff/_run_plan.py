@@ -27,7 +27,8 @@ from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_c
 from onnxwrapper.diff._compare import diverging_inputs
 from onnxwrapper.diff._orchestrate import Target, run_child
 from onnxwrapper.diff._result import BackendRun
-from onnxwrapper.diff._schedule import Task, available_memory, default_jobs, estimate_run_memory, run_tasks
+from onnxwrapper.diff._schedule import Task, default_jobs, estimate_run_memory, run_tasks
+from onnxwrapper.kernel import available_memory
 
 __all__ = ["RunPlan"]
 

@@ -16,18 +16,16 @@ interpreter with onnxruntime and onnxwrapper loaded is about 120 MiB.
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 import threading
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from onnxwrapper.diff._orchestrate import kill_child
+from onnxwrapper.kernel import available_memory, cpu_count
 from onnxwrapper.diff._result import BackendRun
 
-__all__ = ["RUN_BASE_BYTES", "UNKNOWN_MODEL_BYTES", "Task", "available_memory", "cpu_count", "default_jobs",
+__all__ = ["RUN_BASE_BYTES", "UNKNOWN_MODEL_BYTES", "Task", "default_jobs",
            "estimate_run_memory", "run_tasks"]
 
 #: memory of a run besides its models: interpreter, onnxruntime, numpy, onnxwrapper, capture buffers
@@ -44,49 +42,6 @@ def estimate_run_memory(model_bytes: int | None) -> int:
     the models it loads (``None``: not known yet, :data:`UNKNOWN_MODEL_BYTES` assumed)."""
     size = UNKNOWN_MODEL_BYTES if model_bytes is None else max(0, int(model_bytes))
     return RUN_BASE_BYTES + MODEL_FACTOR * size
-
-
-def cpu_count() -> int:
-    """Processors this process may run on (its CPU affinity where the OS reports one), at least 1."""
-    counter = getattr(os, "process_cpu_count", None)  # Python 3.13
-    if counter is not None:
-        return max(1, counter() or 1)
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
-def available_memory() -> int | None:
-    """Bytes of memory available to new processes now (Linux ``MemAvailable``, Windows
-    ``GlobalMemoryStatusEx``, else free physical pages), or ``None`` when the OS does not say."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    if sys.platform == "win32":
-        return _windows_available_memory()
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
-def _windows_available_memory() -> int | None:
-    class MemoryStatus(ctypes.Structure):
-        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong),
-                    ("ullTotalPhys", ctypes.c_ulonglong), ("ullAvailPhys", ctypes.c_ulonglong),
-                    ("ullTotalPageFile", ctypes.c_ulonglong), ("ullAvailPageFile", ctypes.c_ulonglong),
-                    ("ullTotalVirtual", ctypes.c_ulonglong), ("ullAvailVirtual", ctypes.c_ulonglong),
-                    ("ullAvailExtendedVirtual", ctypes.c_ulonglong)]
-
-    status = MemoryStatus()
-    status.dwLength = ctypes.sizeof(MemoryStatus)
-    if not ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status)):  # type: ignore[attr-defined]
-        return None
-    return int(status.ullAvailPhys)
 
 
 def default_jobs(estimates: Iterable[int], *, cpus: int | None = None, memory: int | None = None) -> int:

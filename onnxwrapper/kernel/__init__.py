@@ -12,6 +12,7 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
   :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`,
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+* the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
 * run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable`, :func:`screened_plan`
   (a validated kind of ``run`` call,
   looked up by its key instead of validated again);
@@ -49,6 +50,7 @@ from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_
 from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
+from onnxwrapper.kernel._host import available_memory, cpu_count
 from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
@@ -72,12 +74,14 @@ __all__ = [
     "RunPlans",
     "__version__",
     "assignment_not_enabled_error",
+    "available_memory",
     "bind_inputs",
     "call_key",
     "check_input",
     "check_output_names",
     "check_providers",
     "control_scalars",
+    "cpu_count",
     "default_cache_dir",
     "dynamic_inputs",
     "feed_signature",
