@@ -325,13 +325,19 @@ class WorkerPool:
 
 _default: WorkerPool | None = None
 _default_lock = threading.Lock()
+_hooks_registered = False
 
 
 def default_pool() -> WorkerPool:
     """The compile pool of this process (one worker unless resized; new after a ``fork``)."""
-    global _default
+    global _default, _hooks_registered
     with _default_lock:
         if _default is None:
+            if not _hooks_registered:  # once per process, on first use: no side effect at import
+                _hooks_registered = True
+                if hasattr(os, "register_at_fork"):
+                    os.register_at_fork(after_in_child=_forget_after_fork)
+                atexit.register(_close_default)
             _default = WorkerPool(1)
         return _default
 
@@ -344,11 +350,6 @@ def _forget_after_fork() -> None:
 def _close_default() -> None:
     if _default is not None:
         _default.close()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
-atexit.register(_close_default)
 
 
 def compile_many(requests: Sequence[CompileRequest], jobs: int = 1) -> list[Any]:
