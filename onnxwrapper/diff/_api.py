@@ -22,6 +22,7 @@ from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._orchestrate import Target, run_child
+from onnxwrapper.diff._plots import prewarm as prewarm_report
 from onnxwrapper.diff._result import BackendRun, DiffResult
 from onnxwrapper.diff._run_plan import RunPlan
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
@@ -184,6 +185,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     plan = RunPlan(directory, labels, reference, options, tgt, replay=replay, auto_replay=auto_replay,
                    timeout=timeout, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model, files=files,
                    echo=echo, record=record)
+    prewarm_report()  # the HTML report's matplotlib import overlaps the runs
     runs = plan.run(jobs, progress)
     manifest["jobs"] = plan.jobs
     manifest["runs"] = {label: manifest["runs"][label] for label in runs}  # the plan's order
