@@ -11,13 +11,13 @@ pipeline as a session's (feed bounds, control-flow folding, patches, provenance 
 from __future__ import annotations
 
 import concurrent.futures
-import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
+from onnxwrapper.backends.qnn._cache_hit import model_label
 from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
 from onnxwrapper.backends.qnn._settings import qnn_setup
@@ -148,7 +148,7 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
     original = source.load_proto()
     proto = fix_free_dimensions(original, sess_options)  # the inputs as ORT sees them, as in a session
     request = SessionRequest(model, sess_options)
-    label = repr(os.path.basename(source.path)) if source.path is not None else "the model (bytes)"
+    label = model_label(source)
     setup = qnn_setup(config, request_ep_options(request), source, user_so=sess_options, kwargs={}, label=label,
                       real_npu=real_npu).register()
     dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
