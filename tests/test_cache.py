@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from onnxwrapper.kernel._cache import ENV_CACHE_DIR, ArtifactCache, default_cache_dir, make_key
+from tests.cache_damage import KINDS, damage_entry
 
 
 def _writer(payload: bytes, name: str = "artifact.bin", meta: dict | None = None):
@@ -69,27 +70,13 @@ def test_failed_build_leaves_nothing(tmp_path):
     assert cache.entries() == [] and not os.listdir(os.path.join(tmp_path, "tmp"))
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "manifest"])
+@pytest.mark.parametrize("damage", KINDS)
 def test_corrupt_entry_is_logged_and_rebuilt(tmp_path, caplog, damage):
     cache = ArtifactCache(tmp_path)
     key = make_key({"damage": damage})
     build = _writer(bytes(range(256)) * 4)
     entry = cache.get_or_create(key, build)
-    target = entry.file("artifact.bin")
-    if damage == "truncate":
-        with open(target, "r+b") as f:
-            f.truncate(100)
-    elif damage == "flip":
-        data = bytearray(open(target, "rb").read())
-        data[10] ^= 0xFF
-        with open(target, "wb") as f:
-            f.write(bytes(data))
-        os.utime(target, ns=(os.stat(target).st_atime_ns, os.stat(target).st_mtime_ns + 10**9))
-    elif damage == "delete":
-        os.remove(target)
-    else:
-        with open(os.path.join(entry.path, "manifest.json"), "w") as f:
-            f.write("{not json")
+    damage_entry(entry, damage)
     with caplog.at_level(logging.WARNING, logger="onnxwrapper.cache"):
         again = cache.get_or_create(key, build)
     assert not again.hit and len(build.calls) == 2

@@ -21,6 +21,7 @@ from onnxwrapper.kernel import _model_source
 from onnxwrapper.kernel._cache import ArtifactCache, make_key
 from onnxwrapper.kernel._model_source import ModelSource
 from tests import models
+from tests.cache_damage import KINDS, damage_entry
 from tests.conftest import qnn_available
 
 _QNN = pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
@@ -36,22 +37,12 @@ def _entry(cache: ArtifactCache, payload: bytes = bytes(range(256)) * 4):
     return key, build, cache.get_or_create(key, build)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "same_size", "delete", "manifest"])
+@pytest.mark.parametrize("damage", KINDS)
 def test_peek_misses_damaged_entries_silently_and_the_locked_path_repairs_them(tmp_path, caplog, damage):
     cache = ArtifactCache(tmp_path)
     key, build, entry = _entry(cache)
     assert cache.peek(key).hit and cache.peek(key).meta == {"answer": 42}
-    target = entry.file("artifact.bin")
-    if damage == "truncate":
-        os.truncate(target, 100)
-    elif damage == "same_size":  # overwritten in place, same size, right after it was verified
-        with open(target, "r+b") as f:
-            f.write(b"\xff" * 8)
-    elif damage == "delete":
-        os.remove(target)
-    else:
-        with open(os.path.join(entry.path, "manifest.json"), "w") as f:
-            f.write("{not json")
+    damage_entry(entry, damage)
     with caplog.at_level(logging.WARNING, logger="onnxwrapper.cache"):
         assert cache.peek(key) is None
     assert caplog.text == "" and os.path.isdir(entry.path)  # nothing said, nothing removed
