@@ -20,6 +20,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import onnx
+
+from onnxwrapper.diff import CaptureFormatError, read_capture, sha256_file
+from onnxwrapper.kernel import control_scalars, dynamic_inputs, has_control_flow
+
 __all__ = ["CaptureProblem", "ModelPlan", "plan_capture", "EXIT_NO_CAPTURE"]
 
 #: exit status when the capture directory does not exist (as a missing script or model: 2)
@@ -69,8 +74,6 @@ class ModelPlan:
 
 
 def _read(directory: str):
-    from onnxwrapper.diff import CaptureFormatError, read_capture
-
     if not os.path.exists(directory):
         raise CaptureProblem(directory, "no such directory", _EXPECTED, _RECORD, EXIT_NO_CAPTURE)
     if not os.path.isdir(directory):
@@ -89,23 +92,13 @@ def _read(directory: str):
                              "check the directory's permissions", 64) from exc
 
 
-def _sha256(path: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _source(info) -> tuple[str | None, str | None]:
     """``(file to compile, None)`` or ``(None, "<Reason>: <message>")``."""
     if info.path:
         if not os.path.isfile(info.path):
             return None, (f"ModelMissing: {info.path} no longer exists; the app's sessions open it, so there is "
                           f"nothing to compile for them (re-run `aipc capture` after reinstalling the app)")
-        if _sha256(info.path) != info.sha256:
+        if sha256_file(info.path) != info.sha256:
             return None, (f"ModelChanged: {info.path} changed since the capture (sha256 differs); the app would "
                           f"open the new file, whose specializations have other cache keys: re-run `aipc capture`")
         return info.path, None
@@ -115,10 +108,6 @@ def _source(info) -> tuple[str | None, str | None]:
 
 
 def _dynamic_and_control(path: str) -> tuple[list[str], list[str]]:
-    import onnx
-
-    from onnxwrapper.kernel import control_scalars, dynamic_inputs, has_control_flow
-
     proto = onnx.load(path, load_external_data=False)
     control = control_scalars(proto) if has_control_flow(proto) else []
     return [n for n in dynamic_inputs(proto) if n not in control], control

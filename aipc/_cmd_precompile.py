@@ -35,14 +35,21 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import logging
 import os
 import sys
 import threading
 import time
 from typing import Any
 
+from tqdm import tqdm
+
+import onnxwrapper
 from aipc._capture_signatures import CaptureProblem, ModelPlan, plan_capture
 from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, resolve_settings, say
+from onnxwrapper.backends.qnn import WorkerPool, default_jobs, precompile
+from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
+from onnxwrapper.kernel import default_cache_dir
 
 __all__ = ["add_arguments", "main", "EXIT_FAILED"]
 
@@ -103,8 +110,6 @@ class _Progress:
     """One tqdm bar over every signature of every model, counting compiled / cached / failed."""
 
     def __init__(self, total: int, enabled: bool) -> None:
-        from tqdm import tqdm
-
         self.bar = tqdm(total=total, file=sys.stderr, disable=None if enabled else True, unit="shape",
                         desc="aipc compile", leave=False, dynamic_ncols=True)
         self.counts = {"compiled": 0, "cache": 0, "failed": 0}
@@ -126,8 +131,6 @@ def _reason(exc: BaseException) -> str:
 
 
 def _compile_model(plan: ModelPlan, options: dict, pool, progress: _Progress) -> list[dict]:
-    from onnxwrapper.backends.qnn import precompile
-    from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 
     def row(shapes, values, origin, seconds=0.0, key=None, reason=None, partition=None) -> dict:
         return {"shapes": {k: list(v) for k, v in (shapes or {}).items()}, "values": dict(values or {}),
@@ -155,7 +158,6 @@ def _compile_model(plan: ModelPlan, options: dict, pool, progress: _Progress) ->
 
 
 def _run(plans: list[ModelPlan], options: dict, jobs: int, show_progress: bool) -> dict[str, list]:
-    from onnxwrapper.backends.qnn import WorkerPool
 
     usable = [p for p in plans if p.error is None]
     progress = _Progress(sum(len(p.signatures) for p in usable), show_progress)
@@ -199,7 +201,6 @@ def _format(summary: dict) -> str:
 
 
 def _summary(capture, plans: list[ModelPlan], rows: dict, options: dict, jobs: int, wall: float) -> dict:
-    from onnxwrapper.kernel import default_cache_dir
 
     models = []
     for plan in plans:
@@ -235,9 +236,6 @@ def main(args: argparse.Namespace) -> int:
         say(f"warning: the capture is {capture.status}"
             + (f" ({capture.truncated.get('reason')})" if capture.truncated else " (the script did not end normally)")
             + ": only the shapes it recorded are compiled")
-    import onnxwrapper
-    from onnxwrapper.backends.qnn import default_jobs
-    from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 
     if not any(i.name == "qnn" and i.available for i in onnxwrapper.get_available_backends()):
         say("error: the qnn backend is not available here (pip install 'onnxwrapper[qnn]')")
@@ -245,8 +243,6 @@ def main(args: argparse.Namespace) -> int:
     pending = sum(len(p.signatures) for p in plans if p.error is None)
     jobs = args.jobs or default_jobs(pending, max([p.size_bytes for p in plans] + [0]))
     if args.verbose:
-        import logging
-
         logging.basicConfig(format="aipc: %(message)s")
         logging.getLogger("onnxwrapper").setLevel(logging.INFO)
     start = time.perf_counter()

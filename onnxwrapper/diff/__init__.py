@@ -23,7 +23,8 @@ The Python side of ``aipc diff`` (docs/diff.md). Running is separate from judgin
 * **building blocks** (for ``aipc`` and :mod:`onnxwrapper.toolkit`) — :func:`candidate_tensors` /
   :func:`expose_tensors` make a model's intermediate tensors graph outputs (in memory);
   :func:`parse_size`, :func:`default_jobs` / :func:`estimate_run_memory` (how many runs at once),
-  :func:`report_paths` and :data:`REMEDIES` (the remedy kinds :func:`fix` tries).
+  :func:`report_paths`, :data:`REMEDIES` (the remedy kinds :func:`fix` tries) and
+  :func:`sha256_file` (the model identity a capture records).
 
 Importing this package imports numpy and onnxwrapper only (no matplotlib, no backend SDK).
 """
@@ -37,6 +38,7 @@ from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._model_compare import compare_model_runs
 from onnxwrapper.diff._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs
 from onnxwrapper.diff._model_run import ModelRuns, Timing, run_model
+from onnxwrapper.diff._capture_values import sha256_file
 from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
 from onnxwrapper.diff._tensor_files import TensorSet, read_tensors, save_tensors
 from onnxwrapper.diff._capture import (
@@ -97,5 +99,5 @@ __all__ = [  # sorted (tests/test_architecture.py); a literal list, so type chec
     "compare_model_runs", "default_directory", "default_jobs", "error_budget", "estimate_run_memory",
     "expose_tensors", "fix", "generate_inputs", "load_data_loader", "load_inputs", "localize_failures", "metrics",
     "parse_backends", "parse_size", "parse_tol_override", "precision_for", "read_capture", "read_tensors",
-    "report_paths", "run", "run_model", "save_tensors", "snr_bar_db", "start_capture",
+    "report_paths", "run", "run_model", "save_tensors", "sha256_file", "snr_bar_db", "start_capture",
 ]

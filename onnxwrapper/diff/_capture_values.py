@@ -24,6 +24,12 @@ _hash_lock = threading.Lock()
 
 
 def sha256_file(path: str) -> str:
+    """Hex sha256 of the file at ``path``: the model identity a capture records (``sha256`` of a
+    model in ``capture.json``). Memoized per process on (absolute path, size, mtime_ns).
+
+    Raises:
+        OSError: the file cannot be stat'ed or read.
+    """
     st = os.stat(path)
     key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
     with _hash_lock:
