@@ -28,13 +28,13 @@ and :meth:`Backend.open` (``import onnxwrapper`` stays cheap and quiet).
 from __future__ import annotations
 
 import abc
-import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import onnxruntime
 
-from onnxwrapper.backends._description import RUN_METHODS, ForeignIO, OrtSessionArgs, SessionDescription, SessionRequest
+from onnxwrapper.backends._description import (RUN_METHODS, ForeignIO, OrtSessionArgs, ReopenSession, SessionDescription,
+                                               SessionRequest)
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
 from onnxwrapper.kernel import ModelMetadataInfo
 
@@ -48,6 +48,7 @@ __all__ = [
     "OrtBackendSession",
     "OrtSessionArgs",
     "RUN_METHODS",
+    "ReopenSession",
     "SessionDescription",
     "SessionRequest",
     "capability_error",
@@ -60,6 +61,8 @@ def did_you_mean(word: str, choices) -> str:
 
     Used in every "unknown name" message (options, targets, EP options, patch names).
     """
+    import difflib  # noqa: PLC0415 - 1.7 ms of imports, only for an error message
+
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
     return f" Did you mean '{close[0]}'?" if close else ""
 

@@ -12,7 +12,6 @@ results are cached per process.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import threading
@@ -229,6 +228,8 @@ class BackendRegistry:
         if self._rescan():  # the index may be stale: ask importlib-metadata before giving up
             return self.resolve(name)
         spelled = list(names) + [a.lower() for n in names for a in self._aliases(n)]
+        import difflib  # noqa: PLC0415 - 1.7 ms of imports, only for this error's suggestion
+
         close = difflib.get_close_matches(key, spelled, n=1, cutoff=0.6)
         hint = f"Did you mean '{self.resolve(close[0])}'? " if close else ""
         raise BackendNotFoundError(

@@ -3,7 +3,9 @@
 Backends (``onnxwrapper.backends.*``, third-party plugins) import these names from
 ``onnxwrapper.kernel`` only, never from a private ``onnxwrapper._*`` module or the façade:
 
-* the model a session was asked for — :class:`ModelSource` (path or bytes, read lazily, hashed);
+* the model a session was asked for — :class:`ModelSource` (path or bytes, read lazily, hashed),
+  and the digest hints a compile cache keeps of model files (:func:`recorded_digest`,
+  :func:`record_digest`: a cache hit may start loading before the full hash is known);
 * what ``SessionOptions`` cannot report back — :class:`RecordingSessionOptions` (``onnxwrapper.SessionOptions``),
   :func:`record_call`, :func:`recorded_calls`, :func:`replay_calls`, :func:`free_dimension_overrides`,
   :func:`fix_free_dimensions`, :func:`supplied_external_data`, :func:`recorded_key`, :data:`RECORDED_METHODS`;
@@ -43,6 +45,7 @@ from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_sig
 from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
 from onnxwrapper.kernel._if_folding import bind_inputs, fold_ifs
 from onnxwrapper.kernel._model_source import ModelSource
+from onnxwrapper.kernel._digest_hints import record_digest, recorded_digest
 from onnxwrapper.kernel._session_options import (RECORDED_METHODS, RecordingSessionOptions, fix_free_dimensions,
                                                  free_dimension_overrides, record_call, recorded_calls, recorded_key,
                                                  replay_calls, supplied_external_data)
@@ -100,7 +103,9 @@ __all__ = [
     "ort_type_to_numpy",
     "plannable",
     "record_call",
+    "record_digest",
     "recorded_calls",
+    "recorded_digest",
     "recorded_key",
     "replay_calls",
     "screened_plan",
