@@ -23,12 +23,11 @@ nothing else: no backend SDK, no I/O, no logging configuration.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnxruntime as _onnxruntime
 
 # ``name as name``: explicit re-exports (PEP 484), so type checkers see them; ``__all__`` is computed
-from onnxwrapper._registry import BackendInfo as BackendInfo
 from onnxwrapper._registry import get_available_backends as get_available_backends
 from onnxwrapper._session import InferenceSession as InferenceSession
 from onnxwrapper._session import add_run_observer as add_run_observer
@@ -52,6 +51,10 @@ from onnxwrapper.kernel import PartialOffloadWarning as PartialOffloadWarning
 from onnxwrapper.kernel import PartitionReport as PartitionReport
 from onnxwrapper.kernel import RecordingSessionOptions as SessionOptions
 from onnxwrapper.kernel import __version__ as __version__
+
+if TYPE_CHECKING:
+    # at run time ``BackendInfo`` comes from ``__getattr__`` (its dataclass is created on first use)
+    from onnxwrapper._backend_info import BackendInfo as BackendInfo
 
 _OWN = [
     "InferenceSession",
@@ -86,13 +89,18 @@ def _ort_public_names() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    """Forward every other public onnxruntime name (PEP 562); ``__all__`` is computed on demand."""
+    """Forward every other public onnxruntime name (PEP 562); ``__all__`` is computed on demand;
+    ``BackendInfo`` is imported on first use."""
     if name == "__all__":
         return sorted(set(_OWN) | set(_ort_public_names()))
+    if name == "BackendInfo":
+        from onnxwrapper._backend_info import BackendInfo
+
+        return BackendInfo
     if not name.startswith("_") and hasattr(_onnxruntime, name):
         return getattr(_onnxruntime, name)
     raise AttributeError(f"module 'onnxwrapper' has no attribute '{name}'")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_ort_public_names()))
+    return sorted(set(globals()) | set(_OWN) | set(_ort_public_names()))

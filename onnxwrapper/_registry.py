@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
-from typing import Mapping
+from typing import TYPE_CHECKING, Any
 
 from onnxwrapper._entry_point_index import index_location, read_index, write_index
 from onnxwrapper.backends.base import Availability, Backend
 from onnxwrapper.errors import BackendNotFoundError, BackendValidationError
+
+if TYPE_CHECKING:
+    from onnxwrapper._backend_info import BackendInfo, BackendList
 
 __all__ = ["ENTRY_POINT_GROUP", "BackendInfo", "BackendList", "BackendRegistry", "default_registry",
            "get_available_backends"]
@@ -29,51 +31,14 @@ ENTRY_POINT_GROUP = "onnxwrapper.backends"
 _log = logging.getLogger("onnxwrapper")
 
 
-@dataclass(frozen=True)
-class BackendInfo:
-    """One registered backend as seen from this host.
+def __getattr__(name: str) -> Any:
+    """``BackendInfo`` and ``BackendList`` (PEP 562): defined in :mod:`onnxwrapper._backend_info`,
+    imported when a listing is made, not at ``import onnxwrapper``."""
+    if name in ("BackendInfo", "BackendList"):
+        from onnxwrapper import _backend_info
 
-    Attributes:
-        name: canonical name. aliases: other accepted names.
-        available: whether sessions can be opened here; reason: why not (or a note).
-        install_hint: what would make it available. real_npu / simulated: device kind.
-        execution_providers: EP names that select it from ``providers=``.
-        distribution: the Python distribution that registered it (``None`` for in-process ones).
-        details: backend-specific facts (versions).
-    """
-
-    name: str
-    aliases: tuple = ()
-    available: bool = False
-    reason: str = ""
-    install_hint: str = ""
-    real_npu: bool = False
-    simulated: bool = False
-    auto_selectable: bool = True
-    execution_providers: tuple = ()
-    distribution: str | None = None
-    details: Mapping[str, str] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        """One line: ``qnn  available (simulated)  QNN HTP simulator …`` (the fix when unavailable)."""
-        state = "available" if self.available else "unavailable"
-        kind = " (simulated)" if self.simulated else " (NPU)" if self.real_npu else ""
-        fix = f"  fix: {self.install_hint}" if not self.available and self.install_hint else ""
-        return f"{self.name:<6} {state}{kind}  {self.reason}{fix}"
-
-    def __repr__(self) -> str:
-        return f"<BackendInfo {self}>"
-
-
-class BackendList(list[BackendInfo]):
-    """What :func:`get_available_backends` returns: a ``list`` of :class:`BackendInfo` that prints as
-    one line per backend (``print(ort.get_available_backends())``)."""
-
-    def __str__(self) -> str:
-        return "\n".join(str(info) for info in self)
-
-    def __repr__(self) -> str:
-        return "[\n" + "".join(f"  {info!r},\n" for info in self) + "]" if self else "[]"
+        return getattr(_backend_info, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class BackendRegistry:
@@ -272,6 +237,8 @@ class BackendRegistry:
 
     def infos(self) -> "BackendList":
         """Every backend with its availability; a plugin that fails to load is listed unavailable."""
+        from onnxwrapper._backend_info import BackendInfo, BackendList
+
         result = BackendList()
         for name in self.names():
             try:

@@ -41,8 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import threading
 
@@ -116,9 +115,8 @@ def warn_unused_raw_binaries(source) -> None:
                    "model path: InferenceSession('" + os.path.basename(path) + "', backend='qnn').")
 
 
-@dataclass(frozen=True)
-class ResolvedArtifact:
-    """A precompiled artifact usable instead of compiling.
+class ResolvedArtifact(NamedTuple):
+    """A precompiled artifact usable instead of compiling (an immutable ``NamedTuple``).
 
     Attributes:
         ctx_path: path of an EPContext ONNX model ORT can load with the QNN EP.

@@ -17,7 +17,7 @@ what ORT + QNN would say, so it is returned instead, as objects with ORT's inter
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from onnxwrapper.kernel import assignment_not_enabled_error
 
@@ -28,8 +28,7 @@ __all__ = ["ASSIGNMENT_KEY", "AssignedNode", "AssignedSubgraph", "assigned_subgr
 ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
 
 
-@dataclass(frozen=True)
-class AssignedNode:
+class AssignedNode(NamedTuple):
     """One node of a subgraph, as ORT's ``OrtEpAssignedNode``: ``name``, ``op_type``, ``domain``."""
 
     name: str
@@ -37,8 +36,7 @@ class AssignedNode:
     domain: str
 
 
-@dataclass(frozen=True)
-class AssignedSubgraph:
+class AssignedSubgraph(NamedTuple):
     """One partition, as ORT's ``OrtEpAssignedSubgraph``: ``ep_name`` and ``get_nodes()``."""
 
     ep_name: str

@@ -19,8 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from onnxwrapper.backends.qnn._compile import compile_cache_key
 from onnxwrapper.backends.qnn._feed_limits import feed_rows
@@ -63,9 +62,8 @@ def session_cache_key(setup, model_hash: str) -> str:
     return compile_cache_key(model_hash, setup.settings.compile_options(), None, entries, level, [], None)
 
 
-@dataclass(frozen=True)
-class ModelFacts:
-    """Facts of one model content (module docstring).
+class ModelFacts(NamedTuple):
+    """Facts of one model content (module docstring); an immutable ``NamedTuple``.
 
     Attributes:
         epcontext: the model is an EPContext model. dynamic: an input has a non-fixed dim.
@@ -144,7 +142,7 @@ def remember_facts(cache_dir: str | None, source, proto) -> None:
             record_digest(cache.root, source, source.bytes_digest())
         if cache.peek(key) is not None:  # recorded and intact (a damaged record is replaced below)
             return
-        facts = dataclasses.asdict(facts_of(source, proto))
+        facts = facts_of(source, proto)._asdict()
 
         def write(directory: str) -> dict:
             with open(os.path.join(directory, _FILE), "w", encoding="utf-8") as f:

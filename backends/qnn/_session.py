@@ -27,8 +27,7 @@ import logging
 import threading
 import warnings
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
 from onnxwrapper.backends.qnn._assignment import assigned_subgraphs, require_assignment_enabled
@@ -47,9 +46,8 @@ _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class ArtifactInfo:
-    """Where the compiled model of a session (or specialization) came from.
+class ArtifactInfo(NamedTuple):
+    """Where the compiled model of a session (or specialization) came from (an immutable ``NamedTuple``).
 
     Attributes:
         origin: ``"compiled"`` (compiled now, into the cache), ``"cache"`` (cache hit),
@@ -193,8 +191,9 @@ class QnnStaticSession(BackendSession):
         _refuse_move(self.strict, backend, self.label)
 
 
-@dataclass
-class _Specialization:
+class _Specialization(NamedTuple):
+    """One live specialization: its ORT session, partition report and artifact."""
+
     session: Any
     report: PartitionReport
     artifact: ArtifactInfo

@@ -19,7 +19,6 @@ explicit value is what keeps a user's own QNN session from changing our numerics
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._runtime import EP_NAME, ensure_registered, user_qnn_ep_options
@@ -32,9 +31,8 @@ from onnxwrapper.kernel import ModelSource
 __all__ = ["QnnSettings", "QnnSetup", "merge_raw_options", "qnn_setup", "request_ep_options", "resolve_settings"]
 
 
-@dataclass(frozen=True)
 class QnnSettings:
-    """Everything a QNN session needs, resolved and validated.
+    """Everything a QNN session needs, resolved and validated (immutable; equal when all fields are).
 
     Attributes:
         target: canonical target name (``"snapdragon-x-elite"``) or ``None``.
@@ -55,19 +53,57 @@ class QnnSettings:
             (:mod:`onnxwrapper.backends.qnn._feed_limits`).
     """
 
+    # a plain class, not a dataclass: creating a frozen dataclass costs ~0.5 ms at import (Python 3.11)
+    __slots__ = ("target", "soc_model", "htp_arch", "precision", "ep_options", "strict", "cache_dir",
+                 "max_specializations", "real_npu", "patches", "graph", "companion", "max_feed_mb")
+
     target: str | None
     soc_model: int | None
     htp_arch: int | None
     precision: str
-    ep_options: Mapping[str, str] = field(default_factory=dict)
-    strict: bool = False
-    cache_dir: str | None = None
-    max_specializations: int = 8
-    real_npu: bool = False
-    patches: bool | tuple = True
-    graph: int | str | None = None
-    companion: str | bool | None = None
-    max_feed_mb: int = 1024
+    ep_options: Mapping[str, str]
+    strict: bool
+    cache_dir: str | None
+    max_specializations: int
+    real_npu: bool
+    patches: bool | tuple
+    graph: int | str | None
+    companion: str | bool | None
+    max_feed_mb: int
+
+    def __init__(self, target: str | None, soc_model: int | None, htp_arch: int | None, precision: str,
+                 ep_options: Mapping[str, str] | None = None, strict: bool = False, cache_dir: str | None = None,
+                 max_specializations: int = 8, real_npu: bool = False, patches: bool | tuple = True,
+                 graph: int | str | None = None, companion: str | bool | None = None,
+                 max_feed_mb: int = 1024) -> None:
+        values = (target, soc_model, htp_arch, precision, {} if ep_options is None else ep_options, strict,
+                  cache_dir, max_specializations, real_npu, patches, graph, companion, max_feed_mb)
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
+
+    def _astuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QnnSettings) or type(other) is not type(self):
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    def __hash__(self) -> int:
+        return hash(self._astuple())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of immutable {type(self).__qualname__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of immutable {type(self).__qualname__}")
+
+    def __reduce__(self) -> tuple:
+        return type(self), self._astuple()
 
     def disabled_patches(self) -> tuple[str, ...] | None:
         """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
@@ -199,23 +235,56 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024))
 
 
-@dataclass(frozen=True)
 class QnnSetup:
-    """What every compile of one session (or ``compile_model`` call) shares.
+    """What every compile of one session (or ``compile_model`` call) shares (immutable).
 
     Attributes:
         source: the model (:class:`onnxwrapper.kernel.ModelSource`). settings: resolved QNN settings.
         user_so: the user's ``SessionOptions`` or ``None`` (never modified).
         kwargs: ORT keyword arguments for the QNN sessions (``enable_fallback`` is always 0 there).
-        label: the model's name in messages.
+        label: the model's name in messages. devices: the QNN ``OrtEpDevice`` list of the registered
+            plugin EP (``[]``, a fresh list, until :meth:`register`).
     """
+
+    # a plain class, not a dataclass: creating a frozen dataclass costs ~0.5 ms at import (Python 3.11)
+    __slots__ = ("source", "settings", "user_so", "kwargs", "label", "devices")
 
     source: ModelSource
     settings: QnnSettings
     user_so: Any
     kwargs: Mapping[str, Any]
     label: str
-    devices: list = field(default_factory=list)
+    devices: list
+
+    def __init__(self, source: ModelSource, settings: QnnSettings, user_so: Any, kwargs: Mapping[str, Any],
+                 label: str, devices: list | None = None) -> None:
+        values = (source, settings, user_so, kwargs, label, [] if devices is None else devices)
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
+
+    def _astuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"{type(self).__qualname__}({fields})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QnnSetup) or type(other) is not type(self):
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    def __hash__(self) -> int:
+        return hash(self._astuple())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of immutable {type(self).__qualname__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of immutable {type(self).__qualname__}")
+
+    def __reduce__(self) -> tuple:
+        return type(self), self._astuple()
 
     def register(self) -> "QnnSetup":
         """Register the QNN plugin EP (once per process); a copy with the devices.
@@ -225,6 +294,10 @@ class QnnSetup:
         """
         devices = ensure_registered()
         return QnnSetup(self.source, self.settings, self.user_so, self.kwargs, self.label, devices)
+
+    def with_source(self, source: ModelSource) -> "QnnSetup":
+        """A copy for another model ``source`` (same settings, options, label and devices)."""
+        return QnnSetup(source, self.settings, self.user_so, self.kwargs, self.label, self.devices)
 
 
 def qnn_setup(config: Mapping[str, Any], raw_ep_options: Mapping[str, Any], source: ModelSource, *, user_so,

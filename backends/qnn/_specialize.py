@@ -21,8 +21,7 @@ would be another compile); ``If`` nodes with data-dependent conditions stay (and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -40,9 +39,9 @@ def control_value(value) -> bool | int | float:
     return item if isinstance(item, (bool, int, float)) else float(item)
 
 
-@dataclass(frozen=True)
-class Signature:
-    """One specialization: ``shapes`` of the dynamic inputs and ``values`` of the control scalars.
+class Signature(NamedTuple):
+    """One specialization: ``shapes`` of the dynamic inputs and ``values`` of the control scalars
+    (an immutable ``NamedTuple``; not hashable, as its fields are dicts: :attr:`key` is).
 
     Attributes:
         shapes: ``{input name: tuple of ints}``. values: ``{control input name: Python scalar}``.

@@ -147,7 +147,7 @@ class StitchedEpContext:
             # compiled from bytes without a model folder: onnxruntime then names the QNN partitions by
             # a hash of the part's own tensor names, so the parts' EPContext nodes get distinct names
             # (with the folder they all hash to the same name and cannot share one model; measured)
-            setup = dataclasses.replace(self.setup, source=ModelSource(None, data))
+            setup = self.setup.with_source(ModelSource(None, data))
             try:
                 compiled[part.stage] = EpContextFromOnnx(CacheStore(setup, pm, key))(
                     data, pm, None, f"{note} part {part.stage + 1}/{len(parts)}")

@@ -29,8 +29,7 @@ Sources of the numbers:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendOptionError
@@ -41,9 +40,8 @@ __all__ = ["SocTarget", "TARGETS", "HTP_ARCHS", "PERFORMANCE_MODES", "CONTEXT_PR
            "convert_positive_int", "convert_provider_options", "validate_ep_options"]
 
 
-@dataclass(frozen=True)
-class SocTarget:
-    """A named Snapdragon SoC the QNN HTP can be compiled for.
+class SocTarget(NamedTuple):
+    """A named Snapdragon SoC the QNN HTP can be compiled for (an immutable ``NamedTuple``).
 
     Attributes:
         name: canonical option value, e.g. ``"snapdragon-x-elite"``.
