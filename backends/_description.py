@@ -14,19 +14,7 @@ from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from onnxwrapper.errors import InternalError
 
-__all__ = ["RUN_METHODS", "ForeignIO", "OrtSessionArgs", "ReopenSession", "SessionDescription", "SessionRequest"]
-
-
-class ReopenSession(InternalError):
-    """Raised by an :attr:`OrtSessionArgs.guard` when the session ORT just built is not the one to use.
-
-    A backend may describe a session optimistically, before a check that takes time has finished
-    (e.g. a compile-cache hit found through a recorded hash of the model file while the file is still
-    being hashed), and finish that check in the guard, after ORT's constructor. When the check
-    fails, the guard raises this; the façade then closes the backend session and opens the same
-    request again, once, without telling the user. A second one in the same creation is a broken
-    invariant and reaches the user as the :class:`~onnxwrapper.errors.InternalError` it is.
-    """
+__all__ = ["RUN_METHODS", "ForeignIO", "OrtSessionArgs", "SessionDescription", "SessionRequest"]
 
 
 @dataclass
@@ -72,8 +60,7 @@ class OrtSessionArgs:
         sess_options, providers, provider_options, kwargs: as for ``onnxruntime.InferenceSession``.
         guard: ``None`` or a zero-argument callable returning a context manager entered around ORT's
             constructor (e.g. to keep native stdout noise off fd 1 and map ORT's
-            "Error creating execution provider" to a typed error). It may raise
-            :class:`ReopenSession` when it exits (the façade opens the request again).
+            "Error creating execution provider" to a typed error).
         read_assignment: True when the backend wants the loaded session's
             ``get_provider_graph_assignment_info()`` (its session options must set
             ``session.record_ep_graph_assignment_info=1``), handed to :meth:`BackendSession.loaded`.

@@ -33,8 +33,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import onnxruntime
 
-from onnxwrapper.backends._description import (RUN_METHODS, ForeignIO, OrtSessionArgs, ReopenSession, SessionDescription,
-                                               SessionRequest)
+from onnxwrapper.backends._description import RUN_METHODS, ForeignIO, OrtSessionArgs, SessionDescription, SessionRequest
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
 from onnxwrapper.kernel import ModelMetadataInfo
 
@@ -48,7 +47,6 @@ __all__ = [
     "OrtBackendSession",
     "OrtSessionArgs",
     "RUN_METHODS",
-    "ReopenSession",
     "SessionDescription",
     "SessionRequest",
     "capability_error",

@@ -30,7 +30,7 @@ import onnxruntime
 from onnxwrapper._observers import FAST_PATH_SESSIONS, RUN_OBSERVERS, add_run_observer, notify, observers_lock
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import reselect, select_backend
-from onnxwrapper.backends.base import RUN_METHODS, ReopenSession, SessionDescription, SessionRequest, capability_error
+from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
 from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
 from onnxwrapper.kernel import (PartitionReport, RunPlans, call_key, check_output_names, check_providers, plannable,
                                 validate_feed, validate_ort_values)
@@ -78,20 +78,19 @@ class InferenceSession(_ORT):
         self._ow_open(instance, request, selection)
         _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
 
-    def _ow_open(self, instance, request: SessionRequest, selection, *, may_reopen: bool = True) -> None:
-        """Open ``request`` on backend ``instance`` and make this object that session (once more on ``ReopenSession``)."""
+    def _ow_open(self, instance, request: SessionRequest, selection) -> None:
+        """Open ``request`` on backend ``instance`` and make this object that session."""
         self._ow_request = request  # what the user asked for (the model as given), e.g. for capture
-        self.backend_name, self.backend_selection = selection.name, selection
+        self.backend_name = selection.name
+        self.backend_selection = selection
         self._ow_backend = instance
         backend_session = instance.open(request)
         self._ow_backend_session = backend_session
         try:
             description = backend_session.describe()
             self._ow_ort_state(description)
-        except BaseException as exc:
+        except BaseException:
             backend_session.close()
-            if isinstance(exc, ReopenSession) and may_reopen:
-                return self._ow_open(instance, request, selection, may_reopen=False)
             raise
         self._ow_bind(description)
 

@@ -84,6 +84,35 @@ def test_corrupt_entry_is_logged_and_rebuilt(tmp_path, caplog, damage):
     assert open(again.file("artifact.bin"), "rb").read() == bytes(range(256)) * 4
 
 
+def test_the_manifest_records_each_files_sha256_and_crc32(tmp_path):
+    import hashlib
+    import zlib
+
+    payload = bytes(range(256)) * 4
+    entry = ArtifactCache(tmp_path).get_or_create(make_key({"sums": 1}), _writer(payload))
+    files = json.load(open(os.path.join(entry.path, "manifest.json")))["files"]
+    assert files["artifact.bin"] == {"size": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
+                                     "crc32": zlib.crc32(payload)}
+
+
+@pytest.mark.parametrize("damage", ["flip", "same_size"])
+def test_an_entry_written_before_the_crc32_is_checked_against_its_sha256(tmp_path, caplog, damage):
+    cache = ArtifactCache(tmp_path)
+    key = make_key({"legacy": damage})
+    build = _writer(bytes(range(256)) * 4)
+    entry = cache.get_or_create(key, build)
+    manifest_path = os.path.join(entry.path, "manifest.json")
+    manifest = json.load(open(manifest_path))
+    for info in manifest["files"].values():
+        del info["crc32"]
+    json.dump(manifest, open(manifest_path, "w"))
+    assert ArtifactCache(tmp_path).peek(key) is not None  # intact: still a hit
+    damage_entry(entry, damage)
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper.cache"):
+        again = ArtifactCache(tmp_path).get_or_create(key, build)
+    assert not again.hit and "sha256" in caplog.text
+
+
 def test_unwritable_root_is_an_artifact_error(tmp_path):
     from onnxwrapper.errors import ArtifactError
 

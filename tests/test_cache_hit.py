@@ -219,37 +219,35 @@ def test_a_new_process_opens_a_cached_model_without_onnx_and_catches_a_truncated
 
 
 @_QNN
-def test_a_digest_hint_starts_the_load_early_and_a_wrong_one_is_caught(tmp_path, monkeypatch):
-    from onnxwrapper.backends.qnn import _cache_hit
-    from onnxwrapper.kernel import record_digest, recorded_digest
+def test_a_new_process_takes_the_digest_from_its_hint_and_a_changed_file_is_hashed(tmp_path, monkeypatch):
+    from onnxwrapper.kernel import recorded_digest
 
     monkeypatch.setattr(_model_source, "RACY_SECONDS", 0.0)  # the files below were written just now
     cache = str(tmp_path / "cache")
-    root = ArtifactCache(cache).root
     one = _write(tmp_path, "one.onnx", models.smallconv(batch=1, seed=1))
-    two = _write(tmp_path, "two.onnx", models.smallconv(batch=1, seed=2))
     feed = {"X": np.ones((1, 3, 8, 8), np.float32)}
-    want = {p: onnxwrapper.InferenceSession(p, backend="qnn", backend_options={"cache_dir": cache}).run(None, feed)[0]
-            for p in (one, two)}
-    assert not np.array_equal(want[one], want[two])
-    digests = {p: ModelSource(p, None).bytes_digest() for p in (one, two)}
-    assert recorded_digest(root, ModelSource(one, None)) == digests[one]  # recorded by the full open
-    confirmed = []
-    real = _cache_hit._confirming
-    monkeypatch.setattr(_cache_hit, "_confirming", lambda guard, source, hinted, hint_root:
-                        confirmed.append(hinted) or real(guard, source, hinted, hint_root))
+    want = onnxwrapper.InferenceSession(one, backend="qnn", backend_options={"cache_dir": cache}).run(None, feed)[0]
+    digest = ModelSource(one, None).bytes_digest()
+    hashed = _counting(monkeypatch)
 
-    def new_process_open(path):
+    def new_process_session():
         monkeypatch.setattr(_model_source, "_BYTES_MEMO", {})
         monkeypatch.setattr(_model_source, "_CONTENT_MEMO", {})
-        return onnxwrapper.InferenceSession(path, backend="qnn", backend_options={"cache_dir": cache})
+        monkeypatch.setattr(_model_source, "_HEX_MEMO", {})
+        return onnxwrapper.InferenceSession(one, backend="qnn", backend_options={"cache_dir": cache})
 
-    session = new_process_open(one)  # found by the hint, confirmed by the full hash
-    assert confirmed == [digests[one]] and session.backend_session.artifacts[0].origin == "cache"
-    np.testing.assert_array_equal(session.run(None, feed)[0], want[one])
-    record_digest(root, ModelSource(one, None), digests[two])  # one's file state now claims two's content
-    session = new_process_open(one)
-    assert confirmed[1:] == [digests[two]]  # two's entry was loaded first, then dropped
-    np.testing.assert_array_equal(session.run(None, feed)[0], want[one])
-    assert session.backend_session.artifacts[0].key != new_process_open(two).backend_session.artifacts[0].key
-    assert recorded_digest(root, ModelSource(one, None)) == digests[one]  # the hint was corrected
+    session = new_process_session()  # the full open recorded the hint: no sha256 of the model
+    assert hashed == [] and session.backend_session.artifacts[0].origin == "cache"
+    np.testing.assert_array_equal(session.run(None, feed)[0], want)
+    old = os.stat(one)
+    other = onnx.load(one)
+    other.graph.initializer[0].raw_data = bytes(len(other.graph.initializer[0].raw_data))  # other weights
+    data = other.SerializeToString()
+    assert len(data) == old.st_size
+    with open(one, "r+b") as f:  # in place, same size, the old mtime forged back
+        f.write(data)
+    os.utime(one, ns=(old.st_atime_ns, old.st_mtime_ns))
+    session = new_process_session()
+    assert len(hashed) == 1 and session.backend_session.artifacts[0].origin == "compiled"
+    assert not np.array_equal(session.run(None, feed)[0], want)
+    assert recorded_digest(ArtifactCache(cache).root, ModelSource(one, None)) != digest

@@ -1,22 +1,13 @@
-"""Digest hints (a model file's last sha256 by file state, in the compile cache), the background
-hash of ModelSource.prefetch_digest, and the façade's one re-open when a backend's guard finds the
-session it described optimistically is not the one to use (ReopenSession)."""
+"""Digest hints: a model file's last sha256 with its file state and CRC-32, kept in the compile
+cache, used in a new process only after the state and a full CRC-32 of the file match."""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
 import os
-import threading
 
-import numpy as np
 import pytest
 
-import onnxwrapper
-from onnxwrapper._registry import default_registry
-from onnxwrapper.backends.base import Availability, Backend, OrtBackendSession, ReopenSession
-from onnxwrapper.errors import InternalError
 from onnxwrapper.kernel import ModelSource, record_digest, recorded_digest
 from onnxwrapper.kernel import _model_source
 from tests import models
@@ -73,15 +64,16 @@ def test_a_malformed_hint_is_ignored(tmp_path, settled, text):
     assert recorded_digest(root, source) is None
 
 
-def test_a_hint_names_its_path_and_a_collision_is_not_trusted(tmp_path, settled):
+def test_a_hint_names_its_path_and_one_copied_to_another_path_is_not_used(tmp_path, settled):
     one, two = _model(tmp_path, "one.onnx"), _model(tmp_path, "two.onnx")
     root = str(tmp_path / "cache")
     record_digest(root, ModelSource(one, None), ModelSource(one, None).bytes_digest())
     (hint,) = os.listdir(os.path.join(root, "digests"))
-    doc = json.load(open(os.path.join(root, "digests", hint)))
-    assert doc["path"] == os.path.abspath(one)
-    record_digest(root, ModelSource(two, None), "f" * 64)  # another file: another hint file
-    assert len(os.listdir(os.path.join(root, "digests"))) == 2
+    assert json.load(open(os.path.join(root, "digests", hint)))["path"] == os.path.abspath(one)
+    record_digest(root, ModelSource(two, None), ModelSource(two, None).bytes_digest())
+    (other,) = set(os.listdir(os.path.join(root, "digests"))) - {hint}
+    os.replace(os.path.join(root, "digests", hint), os.path.join(root, "digests", other))  # one's hint as two's
+    assert recorded_digest(root, ModelSource(two, None)) is None
 
 
 def test_an_unwritable_cache_keeps_no_hint_and_raises_nothing(tmp_path, settled):
@@ -92,76 +84,43 @@ def test_an_unwritable_cache_keeps_no_hint_and_raises_nothing(tmp_path, settled)
     assert recorded_digest(str(blocker), ModelSource(path, None)) is None
 
 
-def test_the_prefetched_hash_is_the_hash_and_is_reused(tmp_path, settled, monkeypatch):
+def test_a_matching_hint_becomes_the_process_digest_without_a_sha256(tmp_path, settled, monkeypatch):
     path = _model(tmp_path)
+    root = str(tmp_path / "cache")
+    digest = ModelSource(path, None).bytes_digest()
+    record_digest(root, ModelSource(path, None), digest)
+    monkeypatch.setattr(_model_source, "_BYTES_MEMO", {})  # a new process
     calls = []
     real = _model_source.ModelSource._hash_file
-    monkeypatch.setattr(_model_source.ModelSource, "_hash_file",
-                        staticmethod(lambda p: calls.append(threading.current_thread().name) or real(p)))
-    ModelSource.prefetch_digest(path)
-    ModelSource.prefetch_digest(path)  # one thread per file
-    digest = ModelSource(path, None).bytes_digest()  # waits for the thread, hashes nothing itself
-    assert calls == ["onnxwrapper-model-digest"]
-    assert digest == ModelSource(None, open(path, "rb").read()).bytes_digest()
-    assert ModelSource(path, None).known_digest() == digest
-    for ignored in (str(tmp_path / "missing.onnx"), str(tmp_path), b"bytes", 42):
-        ModelSource.prefetch_digest(ignored)
-    assert _model_source._PREFETCHES == {}
+    monkeypatch.setattr(_model_source.ModelSource, "_hash_file", staticmethod(lambda p: calls.append(p) or real(p)))
+    assert recorded_digest(root, ModelSource(path, None)) == digest
+    assert ModelSource(path, None).bytes_digest() == digest and ModelSource(path, None).content_hash() == digest
+    assert calls == []  # the CRC-32 was read, no sha256 computed
+    with open(path, "r+b") as f:  # the content changes: the process digest follows it
+        f.write(b"\x00" * 4)
+    assert ModelSource(path, None).bytes_digest() != digest and len(calls) == 1
 
 
-class _Reopening(Backend):
-    """Runs on ORT's CPU EP; its guard asks the façade to open again the first ``asks`` times (test double)."""
-
-    name = "reopening"
-    asks = 1
-    opened: list = []
-    closed: list = []
-
-    @classmethod
-    def probe(cls) -> Availability:
-        return Availability(True, reason="test backend")
-
-    def open(self, request):
-        number = len(_Reopening.opened)
-        _Reopening.opened.append(number)
-
-        class Session(OrtBackendSession):
-            def close(self) -> None:
-                _Reopening.closed.append(number)
-
-        @contextlib.contextmanager
-        def guard():
-            yield
-            if number < _Reopening.asks:
-                raise ReopenSession(f"open {number} was optimistic")
-
-        session = Session(request.path_or_bytes, None, ["CPUExecutionProvider"], None, {})
-        session.ort_args = dataclasses.replace(session.ort_args, guard=guard)
-        return session
-
-
-@pytest.fixture
-def reopening():
-    registry = default_registry()
-    registry.register(_Reopening)
-    _Reopening.opened.clear()
-    _Reopening.closed.clear()
-    yield _Reopening
-    registry.unregister("reopening")
-
-
-def test_the_facade_opens_again_once_when_the_guard_asks(tmp_path, reopening):
+def test_a_hint_whose_crc32_differs_is_not_used(tmp_path, settled):
     path = _model(tmp_path)
-    reopening.asks = 1
-    session = onnxwrapper.InferenceSession(path, backend="reopening")
-    assert reopening.opened == [0, 1] and reopening.closed == [0]
-    feed = {"X": np.ones((1, 3, 8, 8), np.float32)}
-    want = onnxwrapper.InferenceSession(path, backend="cpu").run(None, feed)[0]
-    np.testing.assert_array_equal(session.run(None, feed)[0], want)
+    root = str(tmp_path / "cache")
+    source = ModelSource(path, None)
+    record_digest(root, source, source.bytes_digest())
+    (hint,) = os.listdir(os.path.join(root, "digests"))
+    doc = json.load(open(os.path.join(root, "digests", hint)))
+    doc["crc32"] ^= 1  # as if the bytes had changed under the same state
+    json.dump(doc, open(os.path.join(root, "digests", hint), "w"))
+    assert recorded_digest(root, ModelSource(path, None)) is None
 
 
-def test_a_second_request_to_open_again_is_an_internal_error(tmp_path, reopening):
-    reopening.asks = 2
-    with pytest.raises(InternalError, match="open 1 was optimistic"):
-        onnxwrapper.InferenceSession(_model(tmp_path), backend="reopening")
-    assert reopening.opened == [0, 1] and reopening.closed == [0, 1]
+def test_recording_an_unchanged_hint_again_reads_nothing(tmp_path, settled, monkeypatch):
+    from onnxwrapper.kernel import _digest_hints
+
+    path = _model(tmp_path)
+    root = str(tmp_path / "cache")
+    digest = ModelSource(path, None).bytes_digest()
+    record_digest(root, ModelSource(path, None), digest)
+    reads = []
+    monkeypatch.setattr(_digest_hints, "crc32_file", lambda p: reads.append(p))
+    record_digest(root, ModelSource(path, None), digest)
+    assert reads == []

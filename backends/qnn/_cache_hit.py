@@ -8,17 +8,12 @@ compile-worker layer, and without parsing the model: what the full path reads fr
 model comes from the model's facts, recorded per model content in the compile cache by an earlier
 full open (:mod:`onnxwrapper.backends.qnn._model_identity`). What stays on the hit path:
 
-* the model's bytes are hashed in full (the first time in a process; the cache key needs their
-  content hash, and the facts are found by it), its external data files too. When the compile
-  cache holds a digest hint of the model file in its current state
-  (:func:`~onnxwrapper.kernel.recorded_digest`) and the model has no external data, the facts and
-  the entry are found by the hinted digest and ORT loads the entry while the model is hashed in a
-  background thread (:meth:`~onnxwrapper.kernel.ModelSource.prefetch_digest`); the session's guard
-  compares the two when ORT's constructor returns, and on a difference (the file was rewritten
-  keeping its size, times and inode) asks the façade to open the request again
-  (:class:`~onnxwrapper.backends.base.ReopenSession`), which then takes the hash. Either way the
-  full hash is checked before the user gets the session;
-* the cache entry is verified as the locked lookup verifies it (sizes always, sha256 once per
+* the model's bytes are read in full (the first time in a process; the cache key needs their
+  content hash, and the facts are found by it), its external data files too. A model without
+  external data whose digest hint matches (:func:`~onnxwrapper.kernel.recorded_digest`: the file's
+  size, times, inode and CRC-32 are those recorded with its sha256) is not hashed again; otherwise
+  it is, and its hint is recorded for the next process;
+* the cache entry is verified as the locked lookup verifies it (sizes always, the content once per
   process per file state), only without the lock (:meth:`onnxwrapper.kernel.ArtifactCache.peek`).
 
 Whenever anything is not that plain case — a bytes model or a path whose facts are not recorded, a
@@ -31,10 +26,8 @@ move — it returns ``None`` before anything visible happened, and the full path
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from dataclasses import replace
 
 from onnxwrapper.backends.qnn._artifacts import (ARTIFACT_RESOLVERS, RAW_BINARY_SUFFIXES,
                                                  resolve_epcontext_next_to_model)
@@ -45,7 +38,6 @@ from onnxwrapper.backends.qnn._model_identity import model_key, session_cache_ke
 from onnxwrapper.backends.qnn._session import ArtifactInfo, check_partition
 from onnxwrapper.backends.qnn._settings import qnn_setup, request_ep_options
 from onnxwrapper.backends.qnn._user_session import static_session, user_session_options
-from onnxwrapper.backends.base import ReopenSession
 from onnxwrapper.kernel import ArtifactCache, ModelSource, PartitionReport, record_digest, recorded_digest, recorded_key
 
 __all__ = ["is_ort_format", "is_raw_binary", "model_label", "open_cached"]
@@ -113,18 +105,10 @@ def open_cached(config, request, availability):
     if not _plain_request(config, source, user_so):
         return None
     hint_root = ArtifactCache(config.get("cache_dir")).root
-    known = source.known_digest()
-    hinted = recorded_digest(hint_root, source) if known is None else None
-    if hinted is not None:
-        ModelSource.prefetch_digest(source.path)  # the full hash overlaps ORT's load (module docstring)
     try:
-        facts = stored_facts(config.get("cache_dir"), source, digest=hinted)
-        if hinted is not None and (facts is None or facts.external):
-            if source.bytes_digest() != hinted:  # external data or no facts: no early start
-                return None
-            hinted = None
-        if known is None and hinted is None:
-            record_digest(hint_root, source, source.bytes_digest())
+        if source.known_digest() is None and recorded_digest(hint_root, source) is None:
+            record_digest(hint_root, source, source.bytes_digest())  # hashed now: kept for the next process
+        facts = stored_facts(config.get("cache_dir"), source)
     except Exception:  # noqa: BLE001 - unreadable now: the full path raises ORT's error for it
         return None
     if facts is None or not facts.plain:
@@ -139,7 +123,7 @@ def open_cached(config, request, availability):
                       default_profile_path=os.path.abspath(f"onnxwrapper_qnn_profile_{stem}.csv"))
     settings = setup.settings
     setup = setup.register()
-    model_hash = hinted or model_key(source, setup.user_so)  # equal when both exist (no external data)
+    model_hash = model_key(source, setup.user_so)
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
     check_feed_rows(facts.feeds[settings.precision], settings, label)
     start = time.perf_counter()
@@ -155,37 +139,4 @@ def open_cached(config, request, availability):
     own_configs = {ASSIGNMENT_KEY: "1"} if records_assignment(setup.user_so) else {}
     strict_configs = dict(own_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
     info = ArtifactInfo("cache", ctx, None, time.perf_counter() - start, key)
-    session = static_session(setup, ctx, strict_configs, report, info, warn_key, model_meta=facts.modelmeta())
-    if hinted is not None:
-        session.ort_args = replace(session.ort_args, guard=_confirming(session.ort_args.guard, source, hinted, hint_root))
-    return session
-
-
-def _confirming(guard, source, hinted: str, hint_root: str):
-    """``guard`` followed by the full hash of the model, compared with the hinted digest the session
-    was found by: on a difference :class:`~onnxwrapper.backends.base.ReopenSession` (also when ORT's
-    constructor failed, which a wrong entry may cause), and the hint is corrected."""
-
-    def mismatch() -> str | None:
-        actual = source.bytes_digest()
-        if actual == hinted:
-            return None
-        record_digest(hint_root, source, actual)
-        return (f"{model_label(source)} has sha256 {actual[:16]}…, not the {hinted[:16]}… recorded for its file "
-                f"state: the cache entry loaded for the recorded digest is not used")
-
-    @contextlib.contextmanager
-    def confirmed():
-        try:
-            with guard():
-                yield
-        except Exception as exc:
-            problem = mismatch()
-            if problem is not None:
-                raise ReopenSession(problem) from exc
-            raise
-        problem = mismatch()
-        if problem is not None:
-            raise ReopenSession(problem)
-
-    return confirmed
+    return static_session(setup, ctx, strict_configs, report, info, warn_key, model_meta=facts.modelmeta())

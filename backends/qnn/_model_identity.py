@@ -27,7 +27,7 @@ from onnxwrapper.backends.qnn._runtime import copy_session_options
 from onnxwrapper.backends.qnn._specialize import control_inputs
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel import (ArtifactCache, ModelMetadataInfo, dynamic_inputs, has_control_flow, input_dims,
-                                make_key, modelmeta_from_onnx, record_digest, recorded_digest, recorded_key,
+                                make_key, modelmeta_from_onnx, record_digest, recorded_key,
                                 supplied_external_data)
 
 __all__ = ["FACTS_FORMAT", "ModelFacts", "facts_of", "is_epcontext_model", "model_key", "remember_facts",
@@ -103,20 +103,18 @@ def facts_of(source, proto) -> ModelFacts:
                       meta=dataclasses.asdict(modelmeta_from_onnx(proto)), feeds=feeds)
 
 
-def _key(source, digest: str | None = None) -> str:
-    return make_key({"qnn-model-facts": FACTS_FORMAT, "model": digest or source.bytes_digest()})
+def _key(source) -> str:
+    return make_key({"qnn-model-facts": FACTS_FORMAT, "model": source.bytes_digest()})
 
 
-def stored_facts(cache_dir: str | None, source, digest: str | None = None) -> ModelFacts | None:
+def stored_facts(cache_dir: str | None, source) -> ModelFacts | None:
     """The recorded facts of ``source``'s content, or ``None`` (none recorded, or the record is not
-    intact: it is then ignored here and rewritten by the next full open). Hashes the model bytes,
-    unless ``digest`` gives their hex :meth:`~onnxwrapper.kernel.ModelSource.bytes_digest` (a
-    :func:`~onnxwrapper.kernel.recorded_digest` the caller confirms later).
+    intact: it is then ignored here and rewritten by the next full open). Hashes the model bytes.
 
     Raises:
         NoSuchFile / InvalidProtobuf as :meth:`onnxwrapper.kernel.ModelSource.read_bytes`.
     """
-    entry = ArtifactCache(cache_dir).peek(_key(source, digest))
+    entry = ArtifactCache(cache_dir).peek(_key(source))
     if entry is None or _FILE not in entry.files:
         return None
     try:
@@ -138,8 +136,7 @@ def remember_facts(cache_dir: str | None, source, proto) -> None:
     try:
         key = _key(source)
         cache = ArtifactCache(cache_dir)
-        if recorded_digest(cache.root, source) != source.bytes_digest():
-            record_digest(cache.root, source, source.bytes_digest())
+        record_digest(cache.root, source, source.bytes_digest())
         if cache.peek(key) is not None:  # recorded and intact (a damaged record is replaced below)
             return
         facts = facts_of(source, proto)._asdict()

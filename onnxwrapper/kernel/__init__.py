@@ -5,7 +5,7 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 
 * the model a session was asked for — :class:`ModelSource` (path or bytes, read lazily, hashed),
   and the digest hints a compile cache keeps of model files (:func:`recorded_digest`,
-  :func:`record_digest`: a cache hit may start loading before the full hash is known);
+  :func:`record_digest`: a file whose state and CRC-32 match its hint is not hashed again);
 * what ``SessionOptions`` cannot report back — :class:`RecordingSessionOptions` (``onnxwrapper.SessionOptions``),
   :func:`record_call`, :func:`recorded_calls`, :func:`replay_calls`, :func:`free_dimension_overrides`,
   :func:`fix_free_dimensions`, :func:`supplied_external_data`, :func:`recorded_key`, :data:`RECORDED_METHODS`;

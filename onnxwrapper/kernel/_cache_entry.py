@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "MANIFEST", "STAMP",
-           "RACY_SECONDS", "CacheEntry", "default_cache_dir", "hash_file", "make_key"]
+           "RACY_SECONDS", "CacheEntry", "crc32_file", "default_cache_dir", "hash_file", "make_key"]
 
 ENV_CACHE_DIR = "ONNXWRAPPER_CACHE_DIR"
 ENV_CACHE_MAX_BYTES = "ONNXWRAPPER_CACHE_MAX_BYTES"
@@ -52,23 +53,60 @@ def make_key(parts: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def hash_file(digest, f) -> int:
-    """Feed the rest of the open binary file ``f`` to ``digest`` through one reused buffer of at most
-    1 MiB (no copy of the file in memory; a file truncated meanwhile is simply shorter, never a crash as
-    with a memory map). Returns the number of bytes hashed."""
+def _chunks(f):
+    """The rest of the open binary file ``f`` as memoryviews of one reused buffer of at most 1 MiB
+    (no copy of the file in memory; a file truncated meanwhile is simply shorter, never a crash as
+    with a memory map). Each view is valid until the next one is produced."""
     try:
         size = os.fstat(f.fileno()).st_size - f.tell()
     except (OSError, ValueError):
         size = _CHUNK
     buffer = bytearray(max(1, min(_CHUNK, size + 1)))  # +1: the read that finds the end
     view = memoryview(buffer)
-    total = 0
     while True:
         n = f.readinto(buffer)
         if not n:
-            return total
-        digest.update(view[:n])
-        total += n
+            return
+        yield view[:n]
+
+
+def hash_file(digest, f) -> int:
+    """Feed the rest of the open binary file ``f`` to ``digest`` (a hashlib object) in chunks of at
+    most 1 MiB. Returns the number of bytes hashed."""
+    total = 0
+    for chunk in _chunks(f):
+        digest.update(chunk)
+        total += len(chunk)
+    return total
+
+
+def crc32_file(path: str) -> tuple[int, int]:
+    """``(CRC-32, size in bytes)`` of the file's bytes (``zlib.crc32``, read in full).
+
+    The corruption check of files whose sha256 is already known: on x86-64 it runs at ~6.7 GB/s
+    against sha256's ~1.9 GB/s (measured, 21 MB, SHA extensions present), and it catches every
+    truncation, every error burst of up to 32 bits and any other change but with probability 2⁻³².
+    It is no identity: a content's identity (cache keys) is always its sha256.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    crc = total = 0
+    with open(path, "rb") as f:
+        for chunk in _chunks(f):
+            crc = zlib.crc32(chunk, crc)
+            total += len(chunk)
+    return crc, total
+
+
+def _checksums(path: str) -> tuple[str, int]:
+    """``(hex sha256, CRC-32)`` of a file, read once (what a manifest records per file)."""
+    digest, crc = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for chunk in _chunks(f):
+            digest.update(chunk)
+            crc = zlib.crc32(chunk, crc)
+    return digest.hexdigest(), crc
 
 
 def _sha256_file(path: str) -> str:

@@ -21,10 +21,9 @@ timestamps are within :data:`RACY_SECONDS` of the moment it was hashed is hashed
 (a rewrite in the same timestamp tick could keep them), so an overwritten file — even one of the
 same size — gets a new hash.
 
-:meth:`ModelSource.prefetch_digest` starts that first hash of a model file in a background thread
-(hashlib and file reads release the GIL), so it overlaps the work a session creation does before it
-needs the hash (importing the backend, probing it, validating its options); the first request for
-the hash waits for that thread instead of reading the file again.
+A backend may also give a process a digest it checked otherwise (:meth:`ModelSource.remember_digest`:
+a digest hint whose file state and CRC-32 match, :mod:`onnxwrapper.kernel._digest_hints`); it is
+then reused the same way.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ _BYTES_MEMO: dict[str, tuple[tuple, object]] = {}
 _CONTENT_MEMO: dict[tuple, tuple] = {}
 _memo_lock = threading.Lock()
 _MEMO_MAX = 256
-#: per process: absolute path → the thread hashing it for :data:`_BYTES_MEMO` (ModelSource.prefetch_digest)
-_PREFETCHES: dict[str, threading.Thread] = {}
+#: per process: absolute path → (file state, hex bytes digest) given by ModelSource.remember_digest
+_HEX_MEMO: dict[str, tuple[tuple, str]] = {}
 
 
 def file_state(path: str, since_ns: int) -> tuple | None:
@@ -62,29 +61,6 @@ def file_state(path: str, since_ns: int) -> tuple | None:
     if max(st.st_mtime_ns, st.st_ctime_ns) > since_ns - int(RACY_SECONDS * 1e9):
         return None
     return st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev
-
-
-def _prefetch(path: str) -> None:
-    """Body of a :meth:`ModelSource.prefetch_digest` thread: what :meth:`ModelSource._bytes_state`
-    does for a path, kept in :data:`_BYTES_MEMO` only when the file was stable throughout."""
-    try:
-        start = time.time_ns()
-        before = file_state(path, start)
-        if before is None:
-            return
-        digest = ModelSource._hash_file(path)
-        if digest is not None and file_state(path, start) == before:
-            _remember(_BYTES_MEMO, path, (before, digest))
-    except Exception:  # noqa: BLE001 - a hint only: the session's own request hashes (and raises) as always
-        return
-
-
-def _await_prefetch(path: str) -> None:
-    """Wait for the prefetch thread of ``path``, if one was started (its result is in the memo)."""
-    with _memo_lock:
-        thread = _PREFETCHES.pop(path, None)
-    if thread is not None:
-        thread.join()
 
 
 def _remember(memo: dict, key, value) -> None:
@@ -122,41 +98,6 @@ class ModelSource:
         if isinstance(path_or_bytes, bytes):
             return cls(None, path_or_bytes)
         raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
-
-    @staticmethod
-    def prefetch_digest(path_or_bytes) -> None:
-        """Start computing :meth:`bytes_digest` of a model file in a daemon thread, when a backend
-        that hashes models will probably be asked to open it; a later :meth:`bytes_digest` (or
-        :meth:`content_hash`) of the same unchanged file in this process waits for it and reuses it.
-
-        A hint, never an error: bytes models, missing or unreadable paths, files modified within
-        :data:`RACY_SECONDS` (which are never memoized) and files already hashed are ignored, and a
-        file changed while it was hashed is not remembered (the request then hashes it again).
-        Measured on a 2-core x86-64 host: the 13 ms sha256 of a 21 MB model moves off a cache-hit
-        session creation's critical path.
-
-        Args:
-            path_or_bytes: ``InferenceSession``'s first argument (``str``, ``os.PathLike`` or other).
-        """
-        if not isinstance(path_or_bytes, (str, os.PathLike)):
-            return
-        try:
-            path = os.path.abspath(os.fspath(path_or_bytes))
-            state = file_state(path, time.time_ns())
-        except (TypeError, ValueError):
-            return
-        if state is None or not os.path.isfile(path):
-            return
-        with _memo_lock:
-            known = _BYTES_MEMO.get(path)
-            if path in _PREFETCHES or (known is not None and known[0] == state):
-                return
-            thread = threading.Thread(target=_prefetch, args=(path,), name="onnxwrapper-model-digest", daemon=True)
-            try:
-                thread.start()  # under the lock: _await_prefetch never sees a thread not started yet
-            except RuntimeError:  # no more threads: the request hashes it itself
-                return
-            _PREFETCHES[path] = thread
 
     @property
     def directory(self) -> str | None:
@@ -278,8 +219,6 @@ class ModelSource:
             return self._digest
         start = time.time_ns()
         path = os.path.abspath(self.path) if self.path is not None else None
-        if path is not None:
-            _await_prefetch(path)
         before = file_state(path, start) if path is not None else None
         known = _BYTES_MEMO.get(path) if before is not None else None
         if known is not None and known[0] == before:
@@ -310,15 +249,25 @@ class ModelSource:
             return None
 
     def known_digest(self) -> str | None:
-        """:meth:`bytes_digest` if this process already has it for the file as it is now (no reading,
-        no waiting for a :meth:`prefetch_digest` still running), else ``None``."""
+        """:meth:`bytes_digest` if this process already has it for the file as it is now (nothing is
+        read), else ``None``."""
         if self._digest is not None:
             return self._digest.hexdigest()
         if self.path is None:
             return None
         path = os.path.abspath(self.path)
-        known = _BYTES_MEMO.get(path)
-        return known[1].hexdigest() if known is not None and known[0] == file_state(path, time.time_ns()) else None
+        state = file_state(path, time.time_ns())
+        known, given = _BYTES_MEMO.get(path), _HEX_MEMO.get(path)
+        if known is not None and known[0] == state:
+            return known[1].hexdigest()
+        return given[1] if given is not None and state is not None and given[0] == state else None
+
+    def remember_digest(self, state: tuple, digest: str) -> None:
+        """Make ``digest`` this process's :meth:`bytes_digest` of the file while it keeps ``state``
+        (:func:`file_state`), for a digest the caller checked another way (a digest hint whose
+        state and CRC-32 match the file). Ignored for bytes models."""
+        if self.path is not None:
+            _remember(_HEX_MEMO, os.path.abspath(self.path), (state, digest))
 
     def bytes_digest(self) -> str:
         """Hex sha256 of the model's length (8 bytes, little endian) and serialized bytes: the
@@ -327,11 +276,16 @@ class ModelSource:
         Raises:
             NoSuchFile / InvalidProtobuf as :meth:`read_bytes`.
         """
-        return self._bytes_state().hexdigest()
+        return self.known_digest() or self._bytes_state().hexdigest()
 
     def _hash(self, supplied_names: frozenset, supplied_files: frozenset) -> str:
-        digest = self._bytes_state().copy()
-        for path, (location, tensors) in sorted(self._external_data().items()):
+        known = self.known_digest()
+        state = self._bytes_state() if known is None else None  # streamed before the model is parsed
+        external = sorted(self._external_data().items())
+        if not external:
+            return known or state.hexdigest()
+        digest = (state or self._bytes_state()).copy()
+        for path, (location, tensors) in external:
             digest.update(os.path.relpath(path, self.directory).encode())
             if not os.path.exists(path):
                 if location in supplied_files or os.path.basename(path) in supplied_files or (
