@@ -188,7 +188,7 @@ class ArtifactCache(CacheEviction):
         for name, info in sorted(files.items()):
             path = os.path.join(directory, *name.split("/"))
             if "crc32" in info:  # the corruption check; entries built before it have the sha256 only
-                if crc32_file(path)[0] != int(info["crc32"]):
+                if crc32_file(path)[0] != info["crc32"]:  # a malformed value never matches
                     return f"file {name} does not match its CRC-32 (corrupted)"
             elif _sha256_file(path) != info["sha256"]:
                 return f"file {name} does not match its sha256 (corrupted)"
