@@ -113,6 +113,22 @@ def test_an_entry_written_before_the_crc32_is_checked_against_its_sha256(tmp_pat
     assert not again.hit and "sha256" in caplog.text
 
 
+@pytest.mark.parametrize("value", ["x", None, 1.5, [1]])
+def test_a_malformed_crc32_in_the_manifest_is_a_corrupt_entry(tmp_path, caplog, value):
+    cache = ArtifactCache(tmp_path)
+    key = make_key({"malformed": repr(value)})
+    build = _writer(b"payload")
+    entry = cache.get_or_create(key, build)
+    manifest_path = os.path.join(entry.path, "manifest.json")
+    manifest = json.load(open(manifest_path))
+    manifest["files"]["artifact.bin"]["crc32"] = value
+    json.dump(manifest, open(manifest_path, "w"))
+    os.utime(entry.file("artifact.bin"), ns=(0, 10**9))  # a new file state: checked again in this process
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper.cache"):
+        again = ArtifactCache(tmp_path).get_or_create(key, build)
+    assert not again.hit and "CRC-32" in caplog.text
+
+
 def test_unwritable_root_is_an_artifact_error(tmp_path):
     from onnxwrapper.errors import ArtifactError
 
