@@ -14,6 +14,11 @@ installed or removed since it was written:
   Installing, upgrading or removing a distribution adds or removes a ``*.dist-info`` folder in a
   ``sys.path`` directory, which changes that directory's modification time: the index no longer
   matches and the registry scans again;
+* a ``sys.path`` directory that held no distribution metadata (no ``*.dist-info`` or
+  ``*.egg-info``) when the index was written — typically the script's own folder, or the working
+  directory, which apps write their outputs to — keeps the index valid when its modification time
+  moved but it still holds none (one directory listing, only then), so an app that writes next to
+  itself does not pay the scan in every process;
 * the registry also scans again whenever the index cannot answer — an unknown backend name, an
   entry point that fails to load — so a stale index costs a scan, never a wrong answer;
 * only a process's first scan is written, never one made after
@@ -37,7 +42,7 @@ from onnxwrapper.kernel import default_cache_dir
 
 __all__ = ["FORMAT", "MAX_FILES", "IndexLocation", "IndexedEntryPoint", "index_location", "read_index", "write_index"]
 
-FORMAT = 1
+FORMAT = 2
 MAX_FILES = 32
 
 
@@ -76,6 +81,21 @@ def _paths() -> list[str]:
             entry = cwd
         paths.append(os.fspath(entry))
     return paths
+
+
+def _holds_distributions(path: str) -> bool | None:
+    """Whether directory ``path`` has distribution metadata entries (``*.dist-info``, ``*.egg-info``:
+    what importlib-metadata looks for in a ``sys.path`` directory); ``None`` when it cannot be listed."""
+    try:
+        with os.scandir(path) as entries:
+            return any(entry.name.lower().endswith((".dist-info", ".egg-info")) for entry in entries)
+    except (OSError, ValueError):
+        return None
+
+
+def _unchanged(path: str, mtime: int | None, plain: bool) -> bool:
+    """The recorded ``sys.path`` entry still lists the same distributions (see the module docstring)."""
+    return _mtime(path) == mtime or (plain and _holds_distributions(path) is False)
 
 
 def _mtime(path: str) -> int | None:
@@ -117,7 +137,7 @@ def read_index(location: IndexLocation) -> dict[str, IndexedEntryPoint] | None:
         if doc.get("format") != FORMAT or doc.get("group") != location.group:
             return None
         recorded = doc["paths"]
-        if [p for p, _m in recorded] != location.paths or any(_mtime(p) != m for p, m in recorded):
+        if [p for p, _m, _plain in recorded] != location.paths or not all(_unchanged(*row) for row in recorded):
             return None
         return {str(n): IndexedEntryPoint(str(n), str(v), location.group, d) for n, v, d in doc["entry_points"]}
     except (OSError, ValueError, KeyError, TypeError):
@@ -140,7 +160,7 @@ def write_index(location: IndexLocation, entry_points: Mapping[str, object]) -> 
                 names[id(dist)] = dist if isinstance(dist, str) or dist is None else getattr(dist, "name", None)
             rows.append([name, ep.value, names[id(dist)]])
         doc = {"format": FORMAT, "group": location.group, "python": sys.version, "executable": sys.executable,
-               "paths": [[p, _mtime(p)] for p in paths], "entry_points": rows}
+               "paths": [[p, _mtime(p), _holds_distributions(p) is False] for p in paths], "entry_points": rows}
         target = location.file
         os.makedirs(os.path.dirname(target), exist_ok=True)
         tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

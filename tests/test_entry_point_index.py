@@ -81,6 +81,21 @@ def test_a_second_process_reads_the_index_and_sees_newly_installed_plugins(tmp_p
     assert "probetwo" in names and scanned
 
 
+def test_files_written_next_to_the_script_keep_the_index_until_a_distribution_appears(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    _plugin(plugins, "probeone")
+    work = tmp_path / "work"  # the child's working directory: '' on its sys.path
+    work.mkdir()
+    assert _child(tmp_path, plugins, "probeone")[1]  # first process: scan, index written
+    (work / "result.txt").write_text("an app's output")  # the folder's modification time moves
+    names, scanned = _child(tmp_path, plugins, "probeone")
+    assert "probeone" in names and not scanned  # still no distribution there: the index holds
+    _plugin(work, "probethree")  # a distribution appears in that folder
+    names, scanned = _child(tmp_path, plugins, "probethree")
+    assert "probethree" in names and scanned
+
+
 def _stable_sys_path(monkeypatch, tmp_path) -> None:
     """sys.path = the site-packages folders only (no working directory that other writes touch)
     and a cache directory of the test's own."""
