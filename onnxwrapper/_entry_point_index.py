@@ -38,7 +38,7 @@ import pkgutil
 import sys
 from typing import Mapping
 
-from onnxwrapper.kernel import default_cache_dir
+from onnxwrapper.kernel import default_cache_dir, prune_records
 
 __all__ = ["FORMAT", "MAX_FILES", "IndexLocation", "IndexedEntryPoint", "index_location", "read_index", "write_index"]
 
@@ -167,24 +167,6 @@ def write_index(location: IndexLocation, entry_points: Mapping[str, object]) -> 
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f)
         os.replace(tmp, target)
-        _prune(os.path.dirname(target))
+        prune_records(os.path.dirname(target), ".json", MAX_FILES)
     except Exception:  # noqa: BLE001 - a read-only cache or odd metadata must not break discovery
         return
-
-
-def _prune(folder: str) -> None:
-    """Keep the :data:`MAX_FILES` newest index files; drop temporary files of writers that died."""
-    files, stale = [], []
-    hour_ago = (_mtime(folder) or 0) - 3600 * 10 ** 9
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if name.endswith(".tmp"):
-            if (_mtime(path) or 0) < hour_ago:
-                stale.append(path)
-        elif name.startswith("entry-points-"):
-            files.append((_mtime(path) or 0, path))
-    for path in [p for _m, p in sorted(files)[:-MAX_FILES]] + stale:
-        try:
-            os.remove(path)
-        except OSError:
-            pass

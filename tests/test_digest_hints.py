@@ -124,3 +124,26 @@ def test_recording_an_unchanged_hint_again_reads_nothing(tmp_path, settled, monk
     monkeypatch.setattr(_digest_hints, "crc32_file", lambda p: reads.append(p))
     record_digest(root, ModelSource(path, None), digest)
     assert reads == []
+
+
+def test_the_hints_folder_keeps_the_newest_hints_and_drops_dead_writers_files(tmp_path, settled, monkeypatch):
+    from onnxwrapper.kernel import _digest_hints
+
+    monkeypatch.setattr(_digest_hints, "MAX_HINTS", 3)
+    root = str(tmp_path / "cache")
+    folder = os.path.join(root, "digests")
+    paths = [_model(tmp_path, f"m{i}.onnx", seed=i) for i in range(5)]
+    os.makedirs(folder)
+    dead, live = os.path.join(folder, "a.json.1.x.tmp"), os.path.join(folder, "b.json.2.y.tmp")
+    for tmp in (dead, live):
+        open(tmp, "w").close()
+    os.utime(dead, (0, 0))  # a writer that died long ago
+    for i, path in enumerate(paths):
+        record_digest(root, ModelSource(path, None), ModelSource(path, None).bytes_digest())
+        hints = [n for n in os.listdir(folder) if n.endswith(".json")]
+        os.utime(os.path.join(folder, max(hints, key=lambda n: os.stat(os.path.join(folder, n)).st_mtime_ns)),
+                 ns=(i * 10**9, (i + 1) * 10**9))  # written in this order, one second apart
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".json")) == sorted(
+        os.path.basename(_digest_hints._hint_file(root, os.path.abspath(p))) for p in paths[2:])
+    assert [recorded_digest(root, ModelSource(p, None)) is not None for p in paths] == [False, False, True, True, True]
+    assert not os.path.exists(dead) and os.path.exists(live)

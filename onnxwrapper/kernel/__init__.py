@@ -29,7 +29,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * partitions — :class:`PartitionReport`, :class:`NodeAssignment`, :class:`PartialOffloadWarning`,
   :func:`known_reason`, :func:`user_stacklevel` (warnings attributed to the user's call);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
-  :func:`default_cache_dir` and its environment variables;
+  :func:`default_cache_dir` and its environment variables, :func:`prune_records` (bounded folders
+  of small record files next to it);
 * versions — ``__version__`` (onnxwrapper's).
 
 Importing it imports onnxruntime, onnx and numpy, nothing else; no I/O.
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
                                        default_cache_dir, make_key)
+from onnxwrapper.kernel._cache_entry import prune_records
 from onnxwrapper.kernel._control_flow import control_scalars, has_control_flow
 from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_signature, numpy_to_ort_type,
                                        ort_type_to_numpy, validate_feed, validate_ort_values)
@@ -102,6 +104,7 @@ __all__ = [
     "numpy_to_ort_type",
     "ort_type_to_numpy",
     "plannable",
+    "prune_records",
     "record_call",
     "record_digest",
     "recorded_calls",

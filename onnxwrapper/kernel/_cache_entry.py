@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 __all__ = ["DEFAULT_MAX_BYTES", "ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "MANIFEST", "STAMP",
-           "RACY_SECONDS", "CacheEntry", "crc32_file", "default_cache_dir", "hash_file", "make_key"]
+           "RACY_SECONDS", "CacheEntry", "crc32_file", "default_cache_dir", "hash_file", "make_key", "prune_records"]
 
 ENV_CACHE_DIR = "ONNXWRAPPER_CACHE_DIR"
 ENV_CACHE_MAX_BYTES = "ONNXWRAPPER_CACHE_MAX_BYTES"
@@ -114,6 +115,35 @@ def _sha256_file(path: str) -> str:
     with open(path, "rb") as f:
         hash_file(digest, f)
     return digest.hexdigest()
+
+
+def prune_records(folder: str, suffix: str, keep: int) -> None:
+    """Keep the ``keep`` most recently written files of ``folder`` whose names end with ``suffix``
+    (small records such as the plugin index or digest hints, written atomically through ``*.tmp``
+    files), and drop ``*.tmp`` files older than an hour (writers that died). Never raises."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    records, stale = [], []
+    hour_ago = time.time() - 3600
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            continue
+        if name.endswith(".tmp"):
+            if mtime < hour_ago:
+                stale.append(path)
+        elif name.endswith(suffix):
+            records.append((mtime, path))
+    records.sort()
+    for path in [p for _m, p in records[:max(0, len(records) - keep)]] + stale:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def _list_files(directory: str) -> dict[str, str]:

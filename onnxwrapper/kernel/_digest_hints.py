@@ -25,13 +25,16 @@ import json
 import os
 import time
 
-from onnxwrapper.kernel._cache_entry import crc32_file
+from onnxwrapper.kernel._cache_entry import crc32_file, prune_records
 from onnxwrapper.kernel._model_source import ModelSource, file_state
 
-__all__ = ["recorded_digest", "record_digest"]
+__all__ = ["MAX_HINTS", "recorded_digest", "record_digest"]
 
 FORMAT = 1
 _FOLDER = "digests"
+#: hints kept per cache (the most recently written; a hint is ≈ 250 bytes): models opened from ever
+#: new paths (temporary folders) must not grow the folder without bound
+MAX_HINTS = 1000
 
 
 def _hint_file(cache_root: str, path: str) -> str:
@@ -112,6 +115,7 @@ def record_digest(cache_root: str, source: ModelSource, digest: str) -> None:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"format": FORMAT, "path": path, "state": list(state), "crc32": crc, "digest": digest}, f)
         os.replace(tmp, target)
+        prune_records(os.path.dirname(target), ".json", MAX_HINTS)
     except (OSError, ValueError, TypeError):
         try:
             os.remove(tmp)
