@@ -13,10 +13,8 @@ import pytest
 
 import onnxwrapper
 from onnxwrapper._registry import default_registry
-from onnxwrapper.backends.base import Availability, Backend, ForeignBackendSession
 from onnxwrapper.kernel import NonFiniteInputCheck, NonFiniteInputWarning, RunPlans, call_key, plannable
-from onnxwrapper.kernel._metadata import modelmeta_from_onnx, node_args_from_onnx
-from onnxwrapper.kernel._model_source import ModelSource
+from tests.test_backends_registry import FakeForeignBackend
 
 X = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
 
@@ -106,47 +104,13 @@ def test_screen_views_large_arrays_and_feeds_without_floats():
         screen({"x": large})  # warned once per session
 
 
-class _MulSession(ForeignBackendSession):
-    """FAKE foreign session of mul_1: ``Y = X * W`` with numpy; counts its runs."""
-
-    def __init__(self, model):
-        self.inputs, self.outputs = node_args_from_onnx(model)
-        self.meta = modelmeta_from_onnx(model)
-        self.runs = 0
-
-    def run(self, output_names, input_feed, run_options=None):
-        self.runs += 1
-        return [input_feed["X"] * np.array([[1, 2], [3, 4], [5, 6]], np.float32)]
-
-    def get_inputs(self):
-        return self.inputs
-
-    def get_outputs(self):
-        return self.outputs
-
-    def get_providers(self):
-        return ["FakeMul"]
-
-
-class _MulBackend(Backend):
-    """FAKE foreign backend (``fakemul``) opening :class:`_MulSession`."""
-
-    name = "fakemul"
-
-    @classmethod
-    def probe(cls):
-        return Availability(True, reason="fake")
-
-    def open(self, request):
-        return _MulSession(ModelSource.from_arg(request.path_or_bytes).load_proto())
-
-
 @pytest.fixture
 def fakemul():
+    """The foreign test double of the registry tests (``fakeforeign``: mul_1 in numpy, records its calls)."""
     registry = default_registry()
-    registry.register(_MulBackend)
+    registry.register(FakeForeignBackend)
     yield
-    registry.unregister("fakemul")
+    registry.unregister("fakeforeign")
 
 
 BAD = [(None, {"X": X.astype(np.float64)}), (None, {"X": X[:2]}), (None, {"X": X[None]}), (None, {"X": X, "Q": X}),
@@ -154,7 +118,7 @@ BAD = [(None, {"X": X.astype(np.float64)}), (None, {"X": X[:2]}), (None, {"X": X
 
 
 def test_foreign_session_after_a_planned_call_raises_what_ort_raises(fakemul, mul_1_path):
-    ours = onnxwrapper.InferenceSession(str(mul_1_path), backend="fakemul")
+    ours = onnxwrapper.InferenceSession(str(mul_1_path), backend="fakeforeign")
     theirs = onnxruntime.InferenceSession(str(mul_1_path))
     np.testing.assert_array_equal(ours.run(None, {"X": X})[0], theirs.run(None, {"X": X})[0])
     for names, feed in BAD:
@@ -165,6 +129,6 @@ def test_foreign_session_after_a_planned_call_raises_what_ort_raises(fakemul, mu
             ours.run(names, feed)
         assert str(got.value).splitlines()[0] == str(expected.value).splitlines()[0]
     np.testing.assert_array_equal(ours.run(["Y"], {"X": X.tolist()})[0], theirs.run(["Y"], {"X": X.tolist()})[0])
-    assert ours.backend_session.runs == len(BAD) + 2  # the bad calls never reached it
+    assert len(ours.backend_session.calls) == len(BAD) + 2  # the bad calls never reached it
     ours.close()
     assert ours._ow_plans.table == {}
