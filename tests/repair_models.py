@@ -106,3 +106,75 @@ def pow_inputs(seed: int = 0, width: int = 16) -> np.ndarray:
     x = (np.random.default_rng(seed).standard_normal((4, width)) * 1e-3).astype(np.float32)
     x[:, ::3] = -0.0
     return x
+
+
+def _rmsnorm(x: str, out: str, prefix: str, gain: str) -> list:
+    """T5's RMSNorm as its ONNX export computes it: ``x · 1/√(mean(x²) + ε) · g`` (``Pow`` →
+    ``ReduceMean`` → ``Add`` → ``Sqrt`` → ``Div(1, ·)`` → ``Mul`` → ``Mul``)."""
+    return [h.make_node("Pow", [x, "two"], [f"{prefix}/sq"], name=f"{prefix}/Pow"),
+            h.make_node("ReduceMean", [f"{prefix}/sq"], [f"{prefix}/var"], name=f"{prefix}/ReduceMean", axes=[-1]),
+            h.make_node("Add", [f"{prefix}/var", "eps"], [f"{prefix}/ve"], name=f"{prefix}/Add"),
+            h.make_node("Sqrt", [f"{prefix}/ve"], [f"{prefix}/std"], name=f"{prefix}/Sqrt"),
+            h.make_node("Div", ["one", f"{prefix}/std"], [f"{prefix}/inv"], name=f"{prefix}/Div"),
+            h.make_node("Mul", [x, f"{prefix}/inv"], [f"{prefix}/normed"], name=f"{prefix}/Mul"),
+            h.make_node("Mul", [f"{prefix}/normed", gain], [out], name=f"{prefix}/Mul_1")]
+
+
+def t5_rmsnorm_after_ffn() -> bytes:
+    """A T5 encoder layer's feed-forward block and the final RMSNorm: ``h = x + Relu(RMSNorm(x) @ Wi)
+    @ Wo`` (``|h|`` ≈ 1e5 for x of ±3: beyond FP16, as flan-t5's FFN activations), then
+    ``RMSNorm(h) @ Wout`` (its ``Pow`` reaches ≈ 1e10). The output is garbage on the HTP; a
+    ``rescale`` folded into Wo with ``join`` (the residual ``x`` scaled by a ``Mul``) carries the scale
+    to the final RMSNorm, which cancels it. x: float[4, 64], y: float[4, 16]."""
+    rng = np.random.default_rng(21)
+    nodes = (_rmsnorm("x", "n0", "/enc/layer_norm", "g0")
+             + [h.make_node("MatMul", ["n0", "wi"], ["ffi"], name="/enc/DenseReluDense/wi/MatMul"),
+                h.make_node("Relu", ["ffi"], ["ffr"], name="/enc/DenseReluDense/act/Relu"),
+                h.make_node("MatMul", ["ffr", "wo"], ["ffo"], name="/enc/DenseReluDense/wo/MatMul"),
+                h.make_node("Add", ["x", "ffo"], ["hs"], name="/enc/Add")]
+             + _rmsnorm("hs", "n1", "/enc/final_layer_norm", "g1")
+             + [h.make_node("MatMul", ["n1", "wout"], ["y"], name="/out/MatMul")])
+    inits = [nh.from_array(np.array(2, np.float32), "two"), nh.from_array(np.array(1e-6, np.float32), "eps"),
+             nh.from_array(np.array(1, np.float32), "one"),
+             nh.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g0"),
+             nh.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g1"),
+             nh.from_array((rng.standard_normal((WIDTH, 4 * WIDTH)) * 0.2).astype(np.float32), "wi"),
+             nh.from_array((rng.standard_normal((4 * WIDTH, WIDTH)) * 3200).astype(np.float32), "wo"),
+             nh.from_array((rng.standard_normal((WIDTH, 16)) * 0.2).astype(np.float32), "wout")]
+    return make_model(h.make_graph(nodes, "t5_ffn", [_vi("x", [4, WIDTH])], [_vi("y", [4, 16])], inits))
+
+
+def _conv(x: str, w: str, out: str, name: str) -> object:
+    return h.make_node("Conv", [x, w], [out], name=name, pads=[1, 1, 1, 1])
+
+
+def _silu(x: str, out: str, name: str) -> list:
+    return [h.make_node("Sigmoid", [x], [f"{out}/sig"], name=f"{name}/Sigmoid"),
+            h.make_node("Mul", [x, f"{out}/sig"], [out], name=f"{name}/Mul")]
+
+
+def unet_block_instancenorm() -> bytes:
+    """A diffusion U-Net's residual block where the values grow beyond FP16 (as in a one-step
+    consistency model: 2e10 at the Conv before an InstanceNormalization): ``s = SiLU(Conv(x))``
+    (≈ 1e5), ``c = Conv(s)`` (≈ 1e10) → InstanceNorm → SiLU → Conv → ``+ s`` (the skip connection)
+    → InstanceNorm → SiLU → Conv. Garbage on the HTP. Exact repair: two ``rescale`` rewrites — at
+    the first Conv (the SiLU's ``Sigmoid`` reads the restored values, saturated either way; the skip
+    ``Add`` joins by folding the scale into the third Conv's weight; the InstanceNorms cancel it)
+    and at the second Conv (cancelled by its InstanceNorm). x: float[1, 4, 8, 8], y: float[1, 4, 8, 8]."""
+    rng = np.random.default_rng(22)
+    c = 4
+    nodes = ([_conv("x", "w0", "c0", "down/conv0")] + _silu("c0", "s0", "down/act0")
+             + [_conv("s0", "w1", "c1", "res/conv1"),
+                h.make_node("InstanceNormalization", ["c1", "gn1", "bn1"], ["n1"], name="res/norm1", epsilon=1e-5)]
+             + _silu("n1", "s1", "res/act1")
+             + [_conv("s1", "w2", "c2", "res/conv2"), h.make_node("Add", ["s0", "c2"], ["hs"], name="res/skip"),
+                h.make_node("InstanceNormalization", ["hs", "gn2", "bn2"], ["n2"], name="out/norm", epsilon=1e-5)]
+             + _silu("n2", "s2", "out/act") + [_conv("s2", "w3", "y", "out/conv")])
+
+    def weight(name, scale):
+        return nh.from_array((rng.standard_normal((c, c, 3, 3)) * scale).astype(np.float32), name)
+    inits = [weight("w0", 5000.0), weight("w1", 30000.0), weight("w2", 0.3), weight("w3", 0.3),
+             nh.from_array(np.ones(c, np.float32), "gn1"), nh.from_array(np.zeros(c, np.float32), "bn1"),
+             nh.from_array((1 + 0.1 * rng.standard_normal(c)).astype(np.float32), "gn2"),
+             nh.from_array((0.1 * rng.standard_normal(c)).astype(np.float32), "bn2")]
+    return make_model(h.make_graph(nodes, "unet_block", [_vi("x", [1, c, 8, 8])], [_vi("y", [1, c, 8, 8])], inits))

@@ -40,7 +40,7 @@ CPU_EP = "CPUExecutionProvider"
 CPU_REASON = "repair recipe: runs on the CPU (the QNN result of this subgraph failed verification; see the recipe)"
 _EMPTY_REASON = "repair recipe: the QNN EP took no node of this part, so it runs on the CPU"
 #: part of the cache keys of parts and assembled models; bump when what is built changes
-STITCH_FORMAT = "qnn-stitched-v1"
+STITCH_FORMAT = "qnn-stitched-v2"
 
 
 def merge_reports(proto: onnx.ModelProto, parts, reports: Mapping[int, PartitionReport], *, source: str,

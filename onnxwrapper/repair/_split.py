@@ -226,6 +226,7 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
     opsets: dict = {o.domain: o.version for o in model.opset_import}
     ir_version = model.ir_version
     produced: set = set()
+    inner_types: dict = {}
 
     def add(node_list) -> None:
         for n in node_list:
@@ -242,6 +243,11 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
                 if t.name in inits and inits[t.name].SerializeToString() != t.SerializeToString():
                     raise ValueError(f"two compiled parts define initializer '{t.name}' differently")
                 inits[t.name] = t
+            # tensors between the QNN EP's partitions and CPU nodes *inside* a compiled part: typed by the
+            # part's own value_info (an EPContext node's outputs get no type by inference; measured:
+            # "Op (EPContext) output arg (…) type inference failed" when a part kept CPU nodes)
+            for vi in sub.graph.value_info:
+                inner_types.setdefault(vi.name, vi)
             for o in sub.opset_import:
                 opsets[o.domain] = max(opsets.get(o.domain, 0), o.version)
             ir_version = max(ir_version, sub.ir_version)
@@ -261,9 +267,11 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
     # the QNN EP refuses an EPContext output declared with a symbolic dim (measured)
     outputs = [o if _static(o.type) or o.name not in types or not _static(types[o.name]) else _value_info(o.name, types)
                for o in graph.output]
+    io = {i.name for i in graph.input} | {o.name for o in graph.output}
+    value_info = [_value_info(t, types) for t in sorted(boundary)]
+    value_info += [vi for name, vi in sorted(inner_types.items()) if name not in boundary and name not in io]
     g = helper.make_graph(nodes, graph.name, list(graph.input), outputs, list(inits.values()),
-                          doc_string=graph.doc_string,
-                          value_info=[_value_info(t, types) for t in sorted(boundary)])
+                          doc_string=graph.doc_string, value_info=value_info)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
                           ir_version=ir_version)
     m.functions.extend(model.functions)
