@@ -178,3 +178,28 @@ def unet_block_instancenorm() -> bytes:
              nh.from_array((1 + 0.1 * rng.standard_normal(c)).astype(np.float32), "gn2"),
              nh.from_array((0.1 * rng.standard_normal(c)).astype(np.float32), "bn2")]
     return make_model(h.make_graph(nodes, "unet_block", [_vi("x", [1, c, 8, 8])], [_vi("y", [1, c, 8, 8])], inits))
+
+
+def unet_skips() -> bytes:
+    """A small U-Net for stitching tests (no accuracy problem): Conv → ``Shrink`` (a node the QNN EP
+    does not take, so the first NPU part keeps a CPU node) → Conv → MaxPool → Conv → InstanceNorm
+    → Relu → Resize → Concat with a skip tensor → Conv → ``+`` the first Conv (a second skip) → Conv.
+    With ``conv3`` and ``inorm`` on the CPU, two skip tensors cross the CPU subgraph.
+    x: float[1, 4, 16, 16], y: float[1, 4, 16, 16]."""
+    rng = np.random.default_rng(23)
+
+    def w(name, shape):
+        return nh.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+    nodes = [_conv("x", "w1", "c1", "conv1"), h.make_node("Shrink", ["c1"], ["r1"], name="act1"),
+             _conv("r1", "w2", "c2", "conv2"), h.make_node("Relu", ["c2"], ["e2"], name="relu2"),
+             h.make_node("MaxPool", ["e2"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             _conv("p", "w3", "c3", "conv3"),
+             h.make_node("InstanceNormalization", ["c3", "s", "b"], ["n3"], name="inorm", epsilon=1e-5),
+             h.make_node("Relu", ["n3"], ["m"], name="relu3"),
+             h.make_node("Resize", ["m", "", "sc"], ["u"], name="up", mode="nearest"),
+             h.make_node("Concat", ["u", "e2"], ["cat"], name="cat", axis=1), _conv("cat", "w4", "c4", "conv4"),
+             h.make_node("Add", ["c4", "c1"], ["a"], name="skip"), _conv("a", "w5", "y", "conv5")]
+    inits = [w("w1", (4, 4, 3, 3)), w("w2", (4, 4, 3, 3)), w("w3", (4, 4, 3, 3)), w("w4", (4, 8, 3, 3)),
+             w("w5", (4, 4, 3, 3)), nh.from_array(np.ones(4, np.float32), "s"),
+             nh.from_array(np.zeros(4, np.float32), "b"), nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")]
+    return make_model(h.make_graph(nodes, "unet", [_vi("x", [1, 4, 16, 16])], [_vi("y", [1, 4, 16, 16])], inits))
