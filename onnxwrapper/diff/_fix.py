@@ -32,6 +32,7 @@ from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
+from onnxwrapper.diff._fix_explain import why_not_repaired
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
@@ -95,7 +96,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     Args:
         directory: a diff directory (``aipc diff``'s, or a model diff's).
         backends: run labels to repair (default: every run that failed on values).
-        remedies: kinds to try, in this order: ``exact``, ``kernel``, ``cpu``, ``precision``.
+        remedies: kinds to try, in this order: ``exact``, ``kernel``, ``known``, ``cpu``, ``precision``.
         output: the recipe file to write (default ``<directory>/repairs.json``).
         max_calls: replay at most this many calls per model (the worst failing call first).
         try_all: verify every candidate, not only up to the first that passes.
@@ -185,11 +186,14 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
         trial = Trial(cand.kind, cand.title, recipe, cand.exactness, directory=os.path.join(workdir, f"candidate-{k}"))
         say(f"{mf.backend} {mf.model}: candidate {k}/{len(candidates)}: {cand.title}")
         mf.trials.append(run_trial(trial, nodes=_node_count(proto, recipe), **common))
+        mf.notes += cand.notes
         if trial.passed and mf.recipe is None:
             mf.chosen = trial
             mf.recipe = _verified(recipe, trial, mf, run_)
             if not try_all:
                 break
+    if mf.recipe is None:
+        mf.notes += why_not_repaired(proto, mf.localization, mf.baseline, mf.trials)
 
 
 def _node_count(proto, recipe: ModelRecipe) -> int | None:

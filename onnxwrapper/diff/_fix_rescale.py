@@ -40,7 +40,7 @@ MAX_DEPTH = 8
 JOIN_FLOOR = 2.0 ** -14
 #: ops whose FP16 result does not change once the input is beyond ±2^14 (they saturate to ±1 or 0/1)
 SATURATING = {"Sigmoid", "Tanh", "Erf", "HardSigmoid", "Softsign", "Sign"}
-_MAX_STEPS = 12
+_MAX_STEPS = 48
 
 
 def _producers(model: onnx.ModelProto) -> dict:
@@ -137,7 +137,8 @@ def _rescale_for(model: onnx.ModelProto, tensor: str, ranges: dict) -> tuple[Rew
     return None, set()
 
 
-def exact_overflow_rewrites(model: onnx.ModelProto, feeds_list, first: str | None = None) -> tuple[list, list, dict]:
+def exact_overflow_rewrites(model: onnx.ModelProto, feeds_list, first: str | None = None, *,
+                            clamp: bool = False) -> tuple[list, list, dict]:
     """Exact rewrites for the FP16 overflows of ``model`` on ``feeds_list`` (module docstring).
 
     Args:
@@ -146,6 +147,8 @@ def exact_overflow_rewrites(model: onnx.ModelProto, feeds_list, first: str | Non
         first: a tensor to bring into range before the others (localization's overflow culprit).
             An overflow no exact rewrite fits is noted and skipped — it may be harmless (a
             ``Tanh`` of a saturated value is still ±1); the backend run decides.
+        clamp: where no exact rewrite fits, clamp the tensor to ±64504 (``clamp_fp16``: HF
+            transformers' T5 FP16 fix; not exact) and go on — a later tensor may then fit a rescale.
 
     Returns:
         ``(rewrites, notes, left)``: the :class:`~onnxwrapper.repair.Rewrite` list in order, notes
@@ -169,6 +172,10 @@ def exact_overflow_rewrites(model: onnx.ModelProto, feeds_list, first: str | Non
             rewrite = Rewrite("softmax_stable", node.name)
         else:
             rewrite, harmless = _rescale_for(model, tensor, ranges)
+        if rewrite is None and clamp:
+            index = list(node.output).index(tensor)
+            rewrite = Rewrite("clamp_fp16", node.name, {"output": index} if index else {})
+            skipped.add(tensor)  # clamped: its original values stay beyond the range (the Clip's input)
         if rewrite is None:
             notes.append(f"no exact rewrite brings '{tensor}' ({node.op_type} '{node.name}', peak "
                          f"{ranges[tensor]:.4g}) within FP16's range")
@@ -176,6 +183,8 @@ def exact_overflow_rewrites(model: onnx.ModelProto, feeds_list, first: str | Non
             continue
         get_patch(rewrite.rewrite).configure(**rewrite.params).apply(model, next(
             n for n in model.graph.node if n.name == rewrite.node))
+        if rewrite.rewrite == "clamp_fp16":  # its input keeps the original values: not for another rewrite
+            skipped |= {n.input[0] for n in model.graph.node if n.op_type == "Clip" and n.output[0] == tensor}
         notes.append(f"'{tensor}' peaks at {ranges[tensor]:.4g} on the reference: {rewrite.describe()}")
         if harmless:
             notes.append(f"left beyond FP16's range for saturating ops only (their result is the same): "
