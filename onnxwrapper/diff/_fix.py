@@ -44,6 +44,7 @@ from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
 __all__ = ["fix", "tolerances_from_dict"]
 
 _RANGE_CALLS = 8
+_SPREAD_CALLS = 24
 
 
 def tolerances_from_dict(doc: Mapping | None) -> Tolerances:
@@ -171,7 +172,10 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
     precision = next((s.precision for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model),
                      "fp16")
     say(f"{mf.backend} {mf.model}: candidates")
-    candidates, notes = candidates_for(proto, mf.localization, [c.inputs() for c in calls[:_RANGE_CALLS]],
+    # value ranges: the worst calls first, then calls spread over the recording (the loudest and the
+    # quietest inputs bound the power-of-two scales: an upscale for a quiet call must not overflow a loud one)
+    spread = calls[_RANGE_CALLS::max(1, (len(calls) - _RANGE_CALLS) // _SPREAD_CALLS)][:_SPREAD_CALLS]
+    candidates, notes = candidates_for(proto, mf.localization, [c.inputs() for c in calls[:_RANGE_CALLS] + spread],
                                        precision, remedies=remedies,
                                        higher_precision=_higher_precision(run_.backend))
     mf.notes += notes

@@ -31,6 +31,7 @@ import onnx
 
 from onnxwrapper.diff._fix_ranges import out_of_range, reference_ranges
 from onnxwrapper.diff._fix_rescale import exact_overflow_rewrites
+from onnxwrapper.diff._fix_underflow import exact_underflow_rewrites
 from onnxwrapper.patches import GraphView, get_patch, list_patches, name_unnamed_nodes
 from onnxwrapper.repair import Rewrite
 
@@ -141,6 +142,26 @@ def _clamp_candidate(model: onnx.ModelProto, feeds_list, first, ranges: dict) ->
     return cand
 
 
+def _underflow_candidates(model: onnx.ModelProto, feeds_list, base: tuple, kernel: list, notes: list) -> list:
+    """The exact rewrites (or the widest kernel rewrite) followed by upward rescales of the FP16
+    underflows left (:mod:`onnxwrapper.diff._fix_underflow`), when there are any."""
+    widest = [c for c in kernel if " at all " in c.title] or kernel[:1]
+    first = widest[0] if widest else None
+    rewrites = first.rewrites if first is not None else base
+    try:
+        under, why = exact_underflow_rewrites(model, feeds_list, rewrites)
+    except Exception as exc:  # noqa: BLE001 - a model the CPU EP cannot run with every tensor exposed
+        notes.append(f"FP16 underflow not measured: {type(exc).__name__}: {str(exc)[:200]}")
+        return []
+    if not under:
+        return []
+    notes += why
+    title = (f"{first.title} and {len(under)} exact upscale(s) of FP16 underflow" if first is not None
+             else f"{len(rewrites)} exact rewrite(s) and {len(under)} exact upscale(s) of FP16 underflow")
+    total = tuple(rewrites) + tuple(under)
+    return [Candidate(first.kind if first is not None else "exact", title, total, exactness=_exactness(total))]
+
+
 def _recurrent_candidates(model: onnx.ModelProto, loc: dict | None, base: tuple, kernel: list) -> list:
     """For a model with recurrent nodes whose error accumulates (or grows at a node): those nodes on
     the CPU, with the kernel rewrites that apply at every node the culprit's rewrite applies to."""
@@ -148,7 +169,10 @@ def _recurrent_candidates(model: onnx.ModelProto, loc: dict | None, base: tuple,
     if not recurrent or (loc or {}).get("cause") not in ("accumulation",) + _NODE_CAUSES:
         return []
     fixes = [c for c in kernel if " at all " in c.title] or kernel[:1]
-    rewrites = tuple(dict.fromkeys(r for c in fixes for r in c.rewrites)) or base
+    unique: dict = {}
+    for r in (r for c in fixes for r in c.rewrites):
+        unique.setdefault(r.describe(), r)
+    rewrites = tuple(unique.values()) or base
     what = f" with {', '.join(sorted({r.rewrite for r in rewrites}))}" if rewrites else ""
     return [Candidate("cpu", f"the recurrent node(s) {', '.join(recurrent)} on the CPU (FP32 state){what}",
                       rewrites, (tuple(recurrent),), exactness=_exactness(rewrites))]
@@ -188,6 +212,8 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
     kernel = _kernel_candidates(named, culprits, base) if "kernel" in remedies or "cpu" in remedies else []
     if "kernel" in remedies:
         result += kernel
+    if precision == "fp16" and ("exact" in remedies or "kernel" in remedies):
+        result += _underflow_candidates(named, feeds_list, base, kernel if "kernel" in remedies else [], notes)
     if known is not None:
         result.append(known)
     if "cpu" in remedies:
