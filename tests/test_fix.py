@@ -54,9 +54,13 @@ def test_candidates_come_cheapest_and_most_exact_first():
     loc = {"cause": "saturation", "culprit": {"node": "pow", "tensor": "p"}, "first": {"node": "sqrt", "tensor": "y"}}
     x = repair_models.pow_inputs()
     cands, notes = candidates_for(model, loc, [{"x": x}], "fp16", higher_precision="fp32")
-    assert [(c.kind, c.title) for c in cands] == [("kernel", "pow_square at 'pow'"), ("cpu", "'pow' on the CPU"),
-                                                  ("precision", "precision fp32 for the whole model")]
-    assert "within FP16's range everywhere" in notes[0]
+    # x ≈ 1e-3: its squares (≈ 1e-6) are subnormal in FP16: the kernel rewrite is also tried with an upscale
+    assert [(c.kind, c.title) for c in cands] == [
+        ("kernel", "pow_square at 'pow'"), ("kernel", "pow_square at 'pow' and 1 exact upscale(s) of FP16 underflow"),
+        ("cpu", "'pow' on the CPU"), ("precision", "precision fp32 for the whole model")]
+    upscale = cands[1].rewrites[-1]
+    assert upscale.rewrite == "rescale" and upscale.params["log2"] > 0 and upscale.node == "mul"
+    assert "within FP16's range everywhere" in notes[0] and "quietest call" in notes[1]
     assert cands[0].exactness.startswith("pow_square: bit-exact")
     only_cpu, _ = candidates_for(model, loc, [{"x": x}], "fp16", remedies=("cpu",))
     assert [c.kind for c in only_cpu] == ["cpu"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from typing import Callable, Iterable, Mapping
 
 import onnx
@@ -116,6 +117,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     Raises:
         FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind.
     """
+    started = time.perf_counter()
     directory = os.path.abspath(os.fspath(directory))
     remedies = tuple(remedies)
     unknown = [r for r in remedies if r not in REMEDIES]
@@ -146,8 +148,10 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         if not _takes_repairs(run_.backend):
             mf.notes.append(f"backend '{run_.backend}' has no 'repairs' option: it cannot apply a recipe")
             continue
+        begun = time.perf_counter()
         _fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
                    max_calls, try_all, timeout, env, say)
+        mf.seconds = time.perf_counter() - begun
     chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
     if chosen:
         book = RecipeBook(chosen)
@@ -155,6 +159,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     if confirm and chosen:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
                  cwd, timeout, env, say)
+    result.seconds = time.perf_counter() - started
     return result
 
 
