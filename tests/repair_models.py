@@ -203,3 +203,61 @@ def unet_skips() -> bytes:
              w("w5", (4, 4, 3, 3)), nh.from_array(np.ones(4, np.float32), "s"),
              nh.from_array(np.zeros(4, np.float32), "b"), nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")]
     return make_model(h.make_graph(nodes, "unet", [_vi("x", [1, 4, 16, 16])], [_vi("y", [1, 4, 16, 16])], inits))
+
+
+def lstm_drift(steps: int = 256) -> bytes:
+    """``MatMul`` encoder → LSTM (hidden 16, forget-gate bias 3, recurrent weights × 5/√16) → final
+    hidden state: a long-memory state whose FP16 rounding drifts over 256 steps (SNR ≈ 2 dB on the
+    HTP for :func:`lstm_inputs`; each step is accurate alone). The LSTM on the CPU (FP32 state) repairs it
+    (≈ 43 dB; other inputs drive it chaotic: then even the FP32 state fed the FP16 encoder drifts).
+    x: float[steps, 1, 8], hn: float[1, 16]."""
+    rng = np.random.default_rng(5)
+    hidden, width = 16, 8
+    bias = np.zeros((1, 8 * hidden), np.float32)
+    bias[0, 2 * hidden:3 * hidden] = 3.0  # ONNX gate order i, o, f, c: the forget gate stays open
+    inits = [nh.from_array((rng.standard_normal((1, 4 * hidden, width)) * 0.5).astype(np.float32), "W"),
+             nh.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 5 / np.sqrt(hidden)).astype(np.float32), "R"),
+             nh.from_array(bias, "B"), nh.from_array((rng.standard_normal((width, width)) * 0.5).astype(np.float32), "E"),
+             nh.from_array(np.array([0], np.int64), "ax")]
+    nodes = [h.make_node("MatMul", ["x", "E"], ["xe"], name="encoder"),
+             h.make_node("LSTM", ["xe", "W", "R", "B"], ["Y", "Yh", "Yc"], name="lstm", hidden_size=hidden),
+             h.make_node("Squeeze", ["Yh", "ax"], ["hn"], name="squeeze")]
+    return make_model(h.make_graph(nodes, "lstm_drift", [_vi("x", [steps, 1, width])], [_vi("hn", [1, hidden])], inits))
+
+
+def lstm_inputs(steps: int = 256) -> np.ndarray:
+    """The input :func:`lstm_drift` was measured with."""
+    return np.random.default_rng(53).standard_normal((steps, 1, 8)).astype(np.float32)
+
+
+def decision_flip() -> tuple[bytes, np.ndarray]:
+    """``y = x @ W`` whose first score is 0.002 on the CPU and −0.0086 on the HTP (FP16 rounding of a
+    64-term dot product); every output passes (66.8 dB) but a script printing ``y[0, 0] > 0`` prints
+    otherwise. The ``MatMul`` on the CPU makes the script agree. Returns (model bytes, x float[1, 64])."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((1, 64)) * 3).astype(np.float32)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    y00 = float((x.astype(np.float64) @ w.astype(np.float64))[0, 0])
+    w[63, 0] -= np.float32((y00 - 2e-3) / x[0, 63])
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="score")], "flip", [_vi("x", [1, 64])],
+                     [_vi("y", [1, 16])], [nh.from_array(w, "w")])
+    return make_model(g), x
+
+
+def scalar_crossing() -> bytes:
+    """silero-vad op15's shape: a rank-0 float computed from graph inputs — ``Cast(Mul(sr, c))`` — and a
+    rank-0 bool — ``Cast(Gather(Shape(state)) == 2)`` — read after a CPU subgraph (``pow``), and a data path
+    ``Mul → Pow → Add`` in between. x: float[4, 16], state: float[2, 1, 8], sr: int64[]; y: float[4, 16]."""
+    nodes = [h.make_node("Mul", ["sr", "k"], ["srk"], name="scale_sr"),
+             h.make_node("Cast", ["srk"], ["srf"], name="sr_float", to=T.FLOAT),
+             h.make_node("Shape", ["state"], ["shp"], name="shape"),
+             h.make_node("Gather", ["shp", "zero"], ["n"], name="first_dim", axis=0),
+             h.make_node("Equal", ["n", "two_i"], ["is2"], name="is_two"),
+             h.make_node("Cast", ["is2"], ["flag"], name="flag", to=T.FLOAT),
+             h.make_node("Mul", ["x", "one"], ["a"], name="mul"), h.make_node("Pow", ["a", "two"], ["p"], name="pow"),
+             h.make_node("Mul", ["p", "srf"], ["q"], name="times_sr"), h.make_node("Add", ["q", "flag"], ["y"], name="add")]
+    inits = [nh.from_array(np.array(2, np.float32), "two"), nh.from_array(np.array(1, np.float32), "one"),
+             nh.from_array(np.array(1, np.int64), "k"), nh.from_array(np.array(0, np.int64), "zero"),
+             nh.from_array(np.array(2, np.int64), "two_i")]
+    inputs = [_vi("x", [4, 16]), _vi("state", [2, 1, 8]), h.make_tensor_value_info("sr", T.INT64, [])]
+    return make_model(h.make_graph(nodes, "scalars", inputs, [_vi("y", [4, 16])], inits))

@@ -121,6 +121,20 @@ def test_a_part_keeping_cpu_nodes_and_skip_tensors_crossing_a_cpu_subgraph_are_s
     assert {n for n, _op in sess.get_partition().cpu_nodes} == {"conv3", "inorm", "act1"}
 
 
+def test_scalars_computed_from_graph_inputs_do_not_cross_compiled_parts(tmp_path):
+    """Rank-0 tensors computed from graph inputs (silero-vad op15's ``Cast(Mul(sr, c))`` and a bool from
+    ``Shape(state)``) are recomputed in the part that reads them (was: QNN_GRAPH_ERROR_INVALID_TENSOR
+    (6004) when they crossed from the first compiled part to the last)."""
+    data = repair_models.scalar_crossing()
+    rfile = RecipeBook({model_sha256(data): ModelRecipe(model_sha256(data), cpu_subgraphs=(("pow",),))}
+                       ).save(tmp_path / "r.json")
+    sess = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"repairs": str(rfile)})
+    feeds = {"x": repair_models.pow_inputs(4), "state": np.ones((2, 1, 8), np.float32), "sr": np.array(3, np.int64)}
+    y = sess.run(None, feeds)[0]
+    assert snr_db(y, cpu(data, feeds)) > 40
+    assert sess.get_partition().cpu_nodes == [("pow", "Pow")]
+
+
 def test_a_cpu_if_of_a_model_with_control_inputs_runs_as_its_inlined_branch(tmp_path):
     """An ``If`` decided by a control input (silero-vad's ``sr``) put on the CPU: each specialization
     splits the model at the inlined branch's nodes (was refused: "cannot be combined with control

@@ -32,6 +32,7 @@ from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._files import unused_stem
+from onnxwrapper.diff._fix_app import fix_app_level
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
 from onnxwrapper.diff._fix_explain import why_not_repaired
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
@@ -152,11 +153,14 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         _fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
                    max_calls, try_all, timeout, env, say)
         mf.seconds = time.perf_counter() - begun
+    if not failing:
+        _fix_app(result, result_check, reference, directory, backends, remedies, root, cwd, timeout, env, say,
+                 try_all)
     chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
     if chosen:
         book = RecipeBook(chosen)
         result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
-    if confirm and chosen:
+    if confirm and chosen and result.confirmation is None:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
                  cwd, timeout, env, say)
     result.seconds = time.perf_counter() - started
@@ -232,27 +236,53 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
     return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
 
 
+def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root, cwd, timeout, env, say,
+             try_all) -> None:
+    """App-level mismatches whose tensors all pass (:mod:`onnxwrapper.diff._fix_app`)."""
+    runs = result_check.runs
+    for label, app in sorted(result_check.app.items()):
+        if app.status != "differs" or (backends is not None and label not in set(backends)):
+            continue
+        run_ = runs[label]
+        if not _takes_repairs(run_.backend) or "cpu" not in remedies and "precision" not in remedies:
+            continue
+        begun = time.perf_counter()
+
+        def confirm(path, _label=label):
+            return _script_run(directory, runs, result_check.reference, {_label}, path, cwd, timeout, env)
+        precision = _higher_precision(run_.backend) if "precision" in remedies else None
+        mf = fix_app_level(result, result_check, reference, label, workdir=os.path.join(root, label, "app"),
+                           higher_precision=precision, confirm=confirm, say=say, try_all=try_all)
+        if mf is not None:
+            mf.seconds = time.perf_counter() - begun
+            result.models.append(mf)
+
+
 def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cwd, timeout, env, say) -> None:
+    say("confirming: the script again, with the recipe")
+    result.confirmation = _script_run(directory, runs, reference, labels, result.recipe_path, cwd, timeout, env)
+    if result.confirmation is None:
+        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
+
+
+def _script_run(directory: str, runs, reference: str, labels, recipe_path, cwd, timeout, env):
+    """The script again under ``aipc diff`` with ``recipe_path`` on the runs ``labels`` (``None``: not a script diff)."""
     try:
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
     except (OSError, ValueError):
-        return
+        return None
     target = manifest.get("target") or {}
     argv = target.get("argv")
     if not argv:
-        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
-        return
+        return None
     app = manifest.get("app") or {}
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
-    options = {lb: dict(runs[lb].options, repairs={"file": result.recipe_path, "required": False}) for lb in labels}
+    options = {lb: dict(runs[lb].options, repairs={"file": recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
-    say("confirming: the script again, with the recipe")
     confirm_dir = unused_stem(os.path.join(directory, "fix")) + "-confirm"
-    result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
-                              backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
-                              backend_options=options, directory=confirm_dir,
-                              cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
-                              compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
-                              output_rtol=app.get("rtol"),
-                              tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))
+    return run(argv[0], argv[1:], module=bool(target.get("module")),
+               backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
+               backend_options=options, directory=confirm_dir, cwd=target.get("cwd") or cwd, timeout=timeout,
+               env=dict(env or {}), compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
+               output_rtol=app.get("rtol"), tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))

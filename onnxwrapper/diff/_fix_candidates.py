@@ -166,7 +166,7 @@ def _recurrent_candidates(model: onnx.ModelProto, loc: dict | None, base: tuple,
     """For a model with recurrent nodes whose error accumulates (or grows at a node): those nodes on
     the CPU, with the kernel rewrites that apply at every node the culprit's rewrite applies to."""
     recurrent = [n.name for n in model.graph.node if n.op_type in RECURRENT]
-    if not recurrent or (loc or {}).get("cause") not in ("accumulation",) + _NODE_CAUSES:
+    if not recurrent or (loc and loc.get("cause") not in ("accumulation",) + _NODE_CAUSES):
         return []
     fixes = [c for c in kernel if " at all " in c.title] or kernel[:1]
     unique: dict = {}
