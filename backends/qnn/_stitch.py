@@ -200,6 +200,13 @@ class StitchedEpContext:
             except PartitionError:
                 continue  # the QNN EP takes none of its nodes: it runs on the CPU
         reports = {k: c.report for k, c in compiled.items()}
+        if not compiled:
+            # no NPU part: an assembled model without EPContext nodes would be compiled by the QNN EP
+            # as a whole (measured: a recipe putting a one-node model's MatMul on the CPU still ran it
+            # on the HTP); the caller runs the model on ORT's CPU EP instead
+            report = merge_reports(proto, parts, {}, source="compile", note=note)
+            raise PartitionError(f"The repair recipe runs every node of {note or 'the model'} on the CPU.",
+                                 backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
         key = make_key({"format": STITCH_FORMAT, "stitched": self.model_key, "cpu": list(cpu_nodes),
                         "values": bound, "parts": {str(k): c.key for k, c in sorted(compiled.items())},
                         "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}})

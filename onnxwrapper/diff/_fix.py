@@ -280,7 +280,7 @@ def _script_run(directory: str, runs, reference: str, labels, recipe_path, cwd, 
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
     options = {lb: dict(runs[lb].options, repairs={"file": recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
-    confirm_dir = unused_stem(os.path.join(directory, "fix")) + "-confirm"
+    confirm_dir = unused_stem(os.path.join(directory, "fix-confirm"))
     return run(argv[0], argv[1:], module=bool(target.get("module")),
                backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
                backend_options=options, directory=confirm_dir, cwd=target.get("cwd") or cwd, timeout=timeout,
