@@ -28,7 +28,7 @@ from onnxwrapper.diff._fix_ranges import out_of_range, reference_ranges
 from onnxwrapper.patches import GraphView, PatchError, get_patch, name_unnamed_nodes
 from onnxwrapper.repair import Rewrite
 
-__all__ = ["TARGET", "FLOOR", "JOIN_FLOOR", "MAX_DEPTH", "SATURATING", "exact_overflow_rewrites"]
+__all__ = ["TARGET", "FLOOR", "JOIN_FLOOR", "MAX_DEPTH", "SATURATING", "exact_overflow_rewrites", "start_tensors"]
 
 #: largest scaled peak accepted: 2^14, a factor 4 below FP16's largest value, for inputs larger than the recorded ones
 TARGET = 2.0 ** 14
@@ -47,7 +47,7 @@ def _producers(model: onnx.ModelProto) -> dict:
     return {o: n for n in model.graph.node for o in n.output if o}
 
 
-def _starts(model: onnx.ModelProto, tensor: str) -> list:
+def start_tensors(model: onnx.ModelProto, tensor: str) -> list:
     """Tensors from ``tensor`` upwards (breadth first, :data:`MAX_DEPTH` levels) with a producer."""
     producer = _producers(model)
     consts = {i.name for i in model.graph.initializer}
@@ -117,7 +117,7 @@ def _rescale_for(model: onnx.ModelProto, tensor: str, ranges: dict) -> tuple[Rew
     out_of = {n.name: n.output[0] for n in model.graph.node if n.output}
     op_types = {n.name: n.op_type for n in model.graph.node}
     for join in (False, True):
-        for start in _starts(model, tensor):
+        for start in start_tensors(model, tensor):
             node = producer[start]
             for k in range(1, 25):
                 reached = computed_hot = False

@@ -23,7 +23,7 @@ import copy
 import onnx
 
 from onnxwrapper.diff._fix_ranges import reference_ranges
-from onnxwrapper.diff._fix_rescale import MAX_DEPTH, TARGET
+from onnxwrapper.diff._fix_rescale import TARGET, start_tensors
 from onnxwrapper.patches import GraphView, PatchError, get_patch, name_unnamed_nodes
 from onnxwrapper.repair import Rewrite
 
@@ -34,21 +34,6 @@ UNDERFLOW = 2.0 ** -14
 #: a quiet peak this large keeps FP16's 11 significant bits with a margin of 16 (no larger scale needed)
 ENOUGH = 2.0 ** -10
 MAX_REGIONS = 4
-
-
-def _starts(model: onnx.ModelProto, tensor: str, producer: dict) -> list:
-    consts = {i.name for i in model.graph.initializer}
-    seen, level, order = {tensor}, [tensor], []
-    for _depth in range(MAX_DEPTH + 1):
-        nxt = []
-        for t in level:
-            node = producer.get(t)
-            if node is None or node.op_type == "Constant":
-                continue
-            order.append(t)
-            nxt += [i for i in node.input if i and i not in seen and i not in consts and not seen.add(i)]
-        level = nxt
-    return order
 
 
 def _fits(plan, peaks: dict, floors: dict) -> bool:
@@ -62,7 +47,7 @@ def _fits(plan, peaks: dict, floors: dict) -> bool:
 def _upscale_for(model: onnx.ModelProto, tensor: str, peaks: dict, floors: dict) -> Rewrite | None:
     view = GraphView(model)
     producer = {o: n for n in model.graph.node for o in n.output if o}
-    for start in _starts(model, tensor, producer):
+    for start in start_tensors(model, tensor):
         node = producer[start]
         best = None
         for k in range(1, 25):
