@@ -51,14 +51,15 @@ def why_not_repaired(model: onnx.ModelProto, localization: dict | None, baseline
              f"{where}: every node is accurate alone, so no rewrite of one node removes it."]
     fp32 = snr + (_BITS["fp32"] - _BITS["fp16"]) * DB_PER_BIT
     notes.append(f"what precision would: {bits} more significant bit(s) than FP16's 11 ({DB_PER_BIT:.2f} dB per bit "
-                 f"of a rounding-limited SNR) — FP32 arithmetic (24 bits) for that part would reach about "
-                 f"{fp32:.0f} dB; bfloat16 (8 bits) would not.")
+                 f"of a rounding-limited SNR) — FP32 arithmetic (24 bits) for the state and the layers feeding it "
+                 f"would reach about {fp32:.0f} dB; bfloat16 (8 bits) would not.")
     precision = [t for t in trials if t.kind == "precision"]
     for t in precision:
         notes.append(f"this target's higher precision ({t.title}): {t.status}" + (f" — {t.message}" if t.message else ""))
     cpu = [t for t in trials if t.kind == "cpu" and "recurrent" in t.title]
     for t in cpu:
-        notes.append(f"the recurrent node(s) on the CPU in FP32 ({t.title}): {t.status}, worst "
-                     f"{(t.worst or {}).get('snr_db')!s} dB — the FP16 error entering the state from the NPU "
-                     f"part is what remains" if t.status == "fail" else f"{t.title}: {t.status}")
+        worst = (t.worst or {}).get("snr_db")
+        shown = f"{worst:.1f} dB" if isinstance(worst, (int, float)) else "—"
+        notes.append(f"{t.title}: {t.status}, worst {shown} — the FP16 error entering the state from the NPU part "
+                     f"before it is what remains" if t.status == "fail" else f"{t.title}: {t.status}")
     return notes
