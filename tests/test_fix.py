@@ -148,3 +148,18 @@ def test_overflows_through_residual_streams_and_normalizations_get_bit_exact_res
     assert np.array_equal(run(data), run(repaired.SerializeToString()))
     ranges, order = reference_ranges(repaired, [feeds])
     assert [t for t in out_of_range(ranges, order)] == (["c0"] if "unet" in build else [])  # read by Sigmoid only
+
+
+def test_an_unrepaired_recurrent_model_says_why_and_what_precision_would():
+    from onnxwrapper.diff._fix_explain import why_not_repaired
+
+    model = onnx.load_model_from_string(repair_models.lstm_drift())
+    base = Trial("baseline", "the model as it is", status="fail", worst={"output": "hn", "snr_db": 6.8}, bar_db=27.07)
+    best = Trial("cpu", "the recurrent node(s) lstm on the CPU (FP32 state)", status="fail", outputs=1,
+                 worst={"output": "hn", "snr_db": 20.1}, bar_db=27.07)
+    fp32 = Trial("precision", "precision fp32 for the whole model", status="error", message="MEM_ALLOC")
+    notes = why_not_repaired(model, {"cause": "accumulation"}, base, [best, fp32])
+    assert "7.0 dB below the bar" in notes[0] and "recurrent state (LSTM)" in notes[0]
+    assert notes[1].startswith("what precision would: 2 more significant bit(s)") and "about 98 dB" in notes[1]
+    assert "error — MEM_ALLOC" in notes[2] and "worst 20.1 dB" in notes[3]
+    assert why_not_repaired(onnx.load_model_from_string(repair_models.matmul_chain()), None, base, [best]) == []
