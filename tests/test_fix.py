@@ -163,3 +163,34 @@ def test_an_unrepaired_recurrent_model_says_why_and_what_precision_would():
     assert notes[1].startswith("what precision would: 2 more significant bit(s)") and "about 98 dB" in notes[1]
     assert "error — MEM_ALLOC" in notes[2] and "worst 20.1 dB" in notes[3]
     assert why_not_repaired(onnx.load_model_from_string(repair_models.matmul_chain()), None, base, [best]) == []
+
+
+def test_an_overflow_no_rescale_absorbs_gets_the_known_clamp_candidate():
+    """``Softplus(x @ W)`` with ``x @ W`` ≈ 1e5: Softplus neither carries a scale nor saturates, so no exact
+    rewrite fits; the ``known`` candidate clamps that tensor to ±64504 (HF transformers' T5 FP16 fix)
+    and says which reference values it changes. The clamp leaves values within the limit bit-identical."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from onnxwrapper.patches import get_patch
+    from tests.models import make_model
+
+    w = (np.random.default_rng(4).standard_normal((64, 64)) * 6000).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["a"], name="mm"), h.make_node("Softplus", ["a"], ["y"], name="sp")],
+                     "sp", [h.make_tensor_value_info("x", T.FLOAT, [8, 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [8, 64])], [nh.from_array(w, "w")])
+    model = onnx.load_model_from_string(make_model(g))
+    x = np.random.default_rng(5).standard_normal((8, 64)).astype(np.float32)
+    cands, notes = candidates_for(model, None, [{"x": x}], "fp16")
+    assert [c.kind for c in cands] == ["known", "cpu"] and "no exact rewrite brings 'a'" in notes[0]
+    known = cands[0]
+    assert [(r.rewrite, r.node) for r in known.rewrites] == [("clamp_fp16", "mm")] and not known.exactness.startswith("bit")
+    assert "changes the reference's values beyond ±64504 of 'a'" in known.notes[0]
+    clamped = onnx.load_model_from_string(make_model(g))
+    get_patch("clamp_fp16").apply(clamped, clamped.graph.node[0])
+    a_ref = x @ w
+    y_ref = ort.InferenceSession(make_model(g), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    y = ort.InferenceSession(clamped.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    inside = np.abs(a_ref) < 60000
+    assert np.array_equal(y[inside], y_ref[inside]) and np.all(y[~inside] <= 64504.0 + 1)
