@@ -1,7 +1,7 @@
 """aipc fix: turn a failing `aipc diff` into a verified repair recipe.
 
 usage:
-  aipc fix DIFF_DIR [--output FILE] [--remedies exact,kernel,cpu,precision] [--all] [--no-confirm]
+  aipc fix DIFF_DIR [--output FILE] [--remedies exact,kernel,known,cpu,precision] [--all] [--no-confirm]
 
 For each model whose outputs failed on values (its localization is read from the diff's report, or
 made now), candidates are tried from the cheapest and most exact to the most costly: exact rewrites

@@ -106,3 +106,158 @@ def pow_inputs(seed: int = 0, width: int = 16) -> np.ndarray:
     x = (np.random.default_rng(seed).standard_normal((4, width)) * 1e-3).astype(np.float32)
     x[:, ::3] = -0.0
     return x
+
+
+def _rmsnorm(x: str, out: str, prefix: str, gain: str) -> list:
+    """T5's RMSNorm as its ONNX export computes it: ``x · 1/√(mean(x²) + ε) · g`` (``Pow`` →
+    ``ReduceMean`` → ``Add`` → ``Sqrt`` → ``Div(1, ·)`` → ``Mul`` → ``Mul``)."""
+    return [h.make_node("Pow", [x, "two"], [f"{prefix}/sq"], name=f"{prefix}/Pow"),
+            h.make_node("ReduceMean", [f"{prefix}/sq"], [f"{prefix}/var"], name=f"{prefix}/ReduceMean", axes=[-1]),
+            h.make_node("Add", [f"{prefix}/var", "eps"], [f"{prefix}/ve"], name=f"{prefix}/Add"),
+            h.make_node("Sqrt", [f"{prefix}/ve"], [f"{prefix}/std"], name=f"{prefix}/Sqrt"),
+            h.make_node("Div", ["one", f"{prefix}/std"], [f"{prefix}/inv"], name=f"{prefix}/Div"),
+            h.make_node("Mul", [x, f"{prefix}/inv"], [f"{prefix}/normed"], name=f"{prefix}/Mul"),
+            h.make_node("Mul", [f"{prefix}/normed", gain], [out], name=f"{prefix}/Mul_1")]
+
+
+def t5_rmsnorm_after_ffn() -> bytes:
+    """A T5 encoder layer's feed-forward block and the final RMSNorm: ``h = x + Relu(RMSNorm(x) @ Wi)
+    @ Wo`` (``|h|`` ≈ 1e5 for x of ±3: beyond FP16, as flan-t5's FFN activations), then
+    ``RMSNorm(h) @ Wout`` (its ``Pow`` reaches ≈ 1e10). The output is garbage on the HTP; a
+    ``rescale`` folded into Wo with ``join`` (the residual ``x`` scaled by a ``Mul``) carries the scale
+    to the final RMSNorm, which cancels it. x: float[4, 64], y: float[4, 16]."""
+    rng = np.random.default_rng(21)
+    nodes = (_rmsnorm("x", "n0", "/enc/layer_norm", "g0")
+             + [h.make_node("MatMul", ["n0", "wi"], ["ffi"], name="/enc/DenseReluDense/wi/MatMul"),
+                h.make_node("Relu", ["ffi"], ["ffr"], name="/enc/DenseReluDense/act/Relu"),
+                h.make_node("MatMul", ["ffr", "wo"], ["ffo"], name="/enc/DenseReluDense/wo/MatMul"),
+                h.make_node("Add", ["x", "ffo"], ["hs"], name="/enc/Add")]
+             + _rmsnorm("hs", "n1", "/enc/final_layer_norm", "g1")
+             + [h.make_node("MatMul", ["n1", "wout"], ["y"], name="/out/MatMul")])
+    inits = [nh.from_array(np.array(2, np.float32), "two"), nh.from_array(np.array(1e-6, np.float32), "eps"),
+             nh.from_array(np.array(1, np.float32), "one"),
+             nh.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g0"),
+             nh.from_array((1 + 0.1 * rng.standard_normal(WIDTH)).astype(np.float32), "g1"),
+             nh.from_array((rng.standard_normal((WIDTH, 4 * WIDTH)) * 0.2).astype(np.float32), "wi"),
+             nh.from_array((rng.standard_normal((4 * WIDTH, WIDTH)) * 3200).astype(np.float32), "wo"),
+             nh.from_array((rng.standard_normal((WIDTH, 16)) * 0.2).astype(np.float32), "wout")]
+    return make_model(h.make_graph(nodes, "t5_ffn", [_vi("x", [4, WIDTH])], [_vi("y", [4, 16])], inits))
+
+
+def _conv(x: str, w: str, out: str, name: str) -> object:
+    return h.make_node("Conv", [x, w], [out], name=name, pads=[1, 1, 1, 1])
+
+
+def _silu(x: str, out: str, name: str) -> list:
+    return [h.make_node("Sigmoid", [x], [f"{out}/sig"], name=f"{name}/Sigmoid"),
+            h.make_node("Mul", [x, f"{out}/sig"], [out], name=f"{name}/Mul")]
+
+
+def unet_block_instancenorm() -> bytes:
+    """A diffusion U-Net's residual block where the values grow beyond FP16 (as in a one-step
+    consistency model: 2e10 at the Conv before an InstanceNormalization): ``s = SiLU(Conv(x))``
+    (≈ 1e5), ``c = Conv(s)`` (≈ 1e10) → InstanceNorm → SiLU → Conv → ``+ s`` (the skip connection)
+    → InstanceNorm → SiLU → Conv. Garbage on the HTP. Exact repair: two ``rescale`` rewrites — at
+    the first Conv (the SiLU's ``Sigmoid`` reads the restored values, saturated either way; the skip
+    ``Add`` joins by folding the scale into the third Conv's weight; the InstanceNorms cancel it)
+    and at the second Conv (cancelled by its InstanceNorm). x: float[1, 4, 8, 8], y: float[1, 4, 8, 8]."""
+    rng = np.random.default_rng(22)
+    c = 4
+    nodes = ([_conv("x", "w0", "c0", "down/conv0")] + _silu("c0", "s0", "down/act0")
+             + [_conv("s0", "w1", "c1", "res/conv1"),
+                h.make_node("InstanceNormalization", ["c1", "gn1", "bn1"], ["n1"], name="res/norm1", epsilon=1e-5)]
+             + _silu("n1", "s1", "res/act1")
+             + [_conv("s1", "w2", "c2", "res/conv2"), h.make_node("Add", ["s0", "c2"], ["hs"], name="res/skip"),
+                h.make_node("InstanceNormalization", ["hs", "gn2", "bn2"], ["n2"], name="out/norm", epsilon=1e-5)]
+             + _silu("n2", "s2", "out/act") + [_conv("s2", "w3", "y", "out/conv")])
+
+    def weight(name, scale):
+        return nh.from_array((rng.standard_normal((c, c, 3, 3)) * scale).astype(np.float32), name)
+    inits = [weight("w0", 5000.0), weight("w1", 30000.0), weight("w2", 0.3), weight("w3", 0.3),
+             nh.from_array(np.ones(c, np.float32), "gn1"), nh.from_array(np.zeros(c, np.float32), "bn1"),
+             nh.from_array((1 + 0.1 * rng.standard_normal(c)).astype(np.float32), "gn2"),
+             nh.from_array((0.1 * rng.standard_normal(c)).astype(np.float32), "bn2")]
+    return make_model(h.make_graph(nodes, "unet_block", [_vi("x", [1, c, 8, 8])], [_vi("y", [1, c, 8, 8])], inits))
+
+
+def unet_skips() -> bytes:
+    """A small U-Net for stitching tests (no accuracy problem): Conv → ``Shrink`` (a node the QNN EP
+    does not take, so the first NPU part keeps a CPU node) → Conv → MaxPool → Conv → InstanceNorm
+    → Relu → Resize → Concat with a skip tensor → Conv → ``+`` the first Conv (a second skip) → Conv.
+    With ``conv3`` and ``inorm`` on the CPU, two skip tensors cross the CPU subgraph.
+    x: float[1, 4, 16, 16], y: float[1, 4, 16, 16]."""
+    rng = np.random.default_rng(23)
+
+    def w(name, shape):
+        return nh.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+    nodes = [_conv("x", "w1", "c1", "conv1"), h.make_node("Shrink", ["c1"], ["r1"], name="act1"),
+             _conv("r1", "w2", "c2", "conv2"), h.make_node("Relu", ["c2"], ["e2"], name="relu2"),
+             h.make_node("MaxPool", ["e2"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             _conv("p", "w3", "c3", "conv3"),
+             h.make_node("InstanceNormalization", ["c3", "s", "b"], ["n3"], name="inorm", epsilon=1e-5),
+             h.make_node("Relu", ["n3"], ["m"], name="relu3"),
+             h.make_node("Resize", ["m", "", "sc"], ["u"], name="up", mode="nearest"),
+             h.make_node("Concat", ["u", "e2"], ["cat"], name="cat", axis=1), _conv("cat", "w4", "c4", "conv4"),
+             h.make_node("Add", ["c4", "c1"], ["a"], name="skip"), _conv("a", "w5", "y", "conv5")]
+    inits = [w("w1", (4, 4, 3, 3)), w("w2", (4, 4, 3, 3)), w("w3", (4, 4, 3, 3)), w("w4", (4, 8, 3, 3)),
+             w("w5", (4, 4, 3, 3)), nh.from_array(np.ones(4, np.float32), "s"),
+             nh.from_array(np.zeros(4, np.float32), "b"), nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")]
+    return make_model(h.make_graph(nodes, "unet", [_vi("x", [1, 4, 16, 16])], [_vi("y", [1, 4, 16, 16])], inits))
+
+
+def lstm_drift(steps: int = 256) -> bytes:
+    """``MatMul`` encoder → LSTM (hidden 16, forget-gate bias 3, recurrent weights × 5/√16) → final
+    hidden state: a long-memory state whose FP16 rounding drifts over 256 steps (SNR ≈ 2 dB on the
+    HTP for :func:`lstm_inputs`; each step is accurate alone). The LSTM on the CPU (FP32 state) repairs it
+    (≈ 43 dB; other inputs drive it chaotic: then even the FP32 state fed the FP16 encoder drifts).
+    x: float[steps, 1, 8], hn: float[1, 16]."""
+    rng = np.random.default_rng(5)
+    hidden, width = 16, 8
+    bias = np.zeros((1, 8 * hidden), np.float32)
+    bias[0, 2 * hidden:3 * hidden] = 3.0  # ONNX gate order i, o, f, c: the forget gate stays open
+    inits = [nh.from_array((rng.standard_normal((1, 4 * hidden, width)) * 0.5).astype(np.float32), "W"),
+             nh.from_array((rng.standard_normal((1, 4 * hidden, hidden)) * 5 / np.sqrt(hidden)).astype(np.float32), "R"),
+             nh.from_array(bias, "B"), nh.from_array((rng.standard_normal((width, width)) * 0.5).astype(np.float32), "E"),
+             nh.from_array(np.array([0], np.int64), "ax")]
+    nodes = [h.make_node("MatMul", ["x", "E"], ["xe"], name="encoder"),
+             h.make_node("LSTM", ["xe", "W", "R", "B"], ["Y", "Yh", "Yc"], name="lstm", hidden_size=hidden),
+             h.make_node("Squeeze", ["Yh", "ax"], ["hn"], name="squeeze")]
+    return make_model(h.make_graph(nodes, "lstm_drift", [_vi("x", [steps, 1, width])], [_vi("hn", [1, hidden])], inits))
+
+
+def lstm_inputs(steps: int = 256) -> np.ndarray:
+    """The input :func:`lstm_drift` was measured with."""
+    return np.random.default_rng(53).standard_normal((steps, 1, 8)).astype(np.float32)
+
+
+def decision_flip() -> tuple[bytes, np.ndarray]:
+    """``y = x @ W`` whose first score is 0.002 on the CPU and −0.0086 on the HTP (FP16 rounding of a
+    64-term dot product); every output passes (66.8 dB) but a script printing ``y[0, 0] > 0`` prints
+    otherwise. The ``MatMul`` on the CPU makes the script agree. Returns (model bytes, x float[1, 64])."""
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((1, 64)) * 3).astype(np.float32)
+    w = rng.standard_normal((64, 16)).astype(np.float32)
+    y00 = float((x.astype(np.float64) @ w.astype(np.float64))[0, 0])
+    w[63, 0] -= np.float32((y00 - 2e-3) / x[0, 63])
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="score")], "flip", [_vi("x", [1, 64])],
+                     [_vi("y", [1, 16])], [nh.from_array(w, "w")])
+    return make_model(g), x
+
+
+def scalar_crossing() -> bytes:
+    """silero-vad op15's shape: a rank-0 float computed from graph inputs — ``Cast(Mul(sr, c))`` — and a
+    rank-0 bool — ``Cast(Gather(Shape(state)) == 2)`` — read after a CPU subgraph (``pow``), and a data path
+    ``Mul → Pow → Add`` in between. x: float[4, 16], state: float[2, 1, 8], sr: int64[]; y: float[4, 16]."""
+    nodes = [h.make_node("Mul", ["sr", "k"], ["srk"], name="scale_sr"),
+             h.make_node("Cast", ["srk"], ["srf"], name="sr_float", to=T.FLOAT),
+             h.make_node("Shape", ["state"], ["shp"], name="shape"),
+             h.make_node("Gather", ["shp", "zero"], ["n"], name="first_dim", axis=0),
+             h.make_node("Equal", ["n", "two_i"], ["is2"], name="is_two"),
+             h.make_node("Cast", ["is2"], ["flag"], name="flag", to=T.FLOAT),
+             h.make_node("Mul", ["x", "one"], ["a"], name="mul"), h.make_node("Pow", ["a", "two"], ["p"], name="pow"),
+             h.make_node("Mul", ["p", "srf"], ["q"], name="times_sr"), h.make_node("Add", ["q", "flag"], ["y"], name="add")]
+    inits = [nh.from_array(np.array(2, np.float32), "two"), nh.from_array(np.array(1, np.float32), "one"),
+             nh.from_array(np.array(1, np.int64), "k"), nh.from_array(np.array(0, np.int64), "zero"),
+             nh.from_array(np.array(2, np.int64), "two_i")]
+    inputs = [_vi("x", [4, 16]), _vi("state", [2, 1, 8]), h.make_tensor_value_info("sr", T.INT64, [])]
+    return make_model(h.make_graph(nodes, "scalars", inputs, [_vi("y", [4, 16])], inits))

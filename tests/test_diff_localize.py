@@ -129,3 +129,22 @@ def test_bisection_edges(tmp_path, monkeypatch, bad_from):
     monkeypatch.setattr(sys.modules[__name__], "BAD_FROM", bad_from)
     loc, _ = _localize(tmp_path, chain_model(), max_tensors=3)
     assert loc.first["node"] == f"n{bad_from:02d}"
+
+
+def test_a_round_that_does_not_compile_is_measured_with_fewer_tensors(tmp_path):
+    """A backend that cannot compile the graph with more than 6 exposed outputs (a large U-Net on
+    QNN: "Failed to finalize") still localizes: the failing round is measured in smaller rounds."""
+    calls = []
+    inner = fake_child(calls)
+
+    def limited(backend, options, sdir, request_path):
+        with open(request_path) as f:
+            if backend == "bad" and len(json.load(f)["expose"]) > 6:
+                return BackendRun(backend=backend, status="script_failed", message="EPFail: Failed to finalize")
+        return inner(backend, options, sdir, request_path)
+
+    loc = localize(model_source=chain_model(), model_key="chain", inputs={"X": np.linspace(-1, 1, 8, dtype=np.float32)[None]},
+                   backend="bad", backend_options={}, reference="cpu", reference_options={}, tolerance=Tolerance(),
+                   precision="fp32", workdir=str(tmp_path / "loc"), run_child=limited, failing_outputs=["Y"])
+    assert not loc.error and loc.first["node"] == f"n{BAD_FROM:02d}" and loc.cause == "node"
+    assert loc.tensors_compared == N and any("20 tensors failed" in n and "Failed to finalize" in n for n in loc.notes)

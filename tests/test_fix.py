@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from onnxwrapper import diff
@@ -54,9 +55,13 @@ def test_candidates_come_cheapest_and_most_exact_first():
     loc = {"cause": "saturation", "culprit": {"node": "pow", "tensor": "p"}, "first": {"node": "sqrt", "tensor": "y"}}
     x = repair_models.pow_inputs()
     cands, notes = candidates_for(model, loc, [{"x": x}], "fp16", higher_precision="fp32")
-    assert [(c.kind, c.title) for c in cands] == [("kernel", "pow_square at 'pow'"), ("cpu", "'pow' on the CPU"),
-                                                  ("precision", "precision fp32 for the whole model")]
-    assert "within FP16's range everywhere" in notes[0]
+    # x ≈ 1e-3: its squares (≈ 1e-6) are subnormal in FP16: the kernel rewrite is also tried with an upscale
+    assert [(c.kind, c.title) for c in cands] == [
+        ("kernel", "pow_square at 'pow'"), ("kernel", "pow_square at 'pow' and 1 exact upscale(s) of FP16 underflow"),
+        ("cpu", "'pow' on the CPU"), ("precision", "precision fp32 for the whole model")]
+    upscale = cands[1].rewrites[-1]
+    assert upscale.rewrite == "rescale" and upscale.params["log2"] > 0 and upscale.node == "mul"
+    assert "within FP16's range everywhere" in notes[0] and "quietest call" in notes[1]
     assert cands[0].exactness.startswith("pow_square: bit-exact")
     only_cpu, _ = candidates_for(model, loc, [{"x": x}], "fp16", remedies=("cpu",))
     assert [c.kind for c in only_cpu] == ["cpu"]
@@ -120,3 +125,72 @@ def test_a_backend_without_a_repairs_option_is_reported_not_repaired(tmp_path, c
                           env=child_env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "backend 'perturb' has no 'repairs' option" in proc.stdout and "NOT REPAIRED" in proc.stdout
+
+
+@pytest.mark.parametrize("build,x,expected", [
+    ("t5_rmsnorm_after_ffn", (4, 64), [("/enc/DenseReluDense/wo/MatMul", True)]),
+    ("unet_block_instancenorm", (1, 4, 8, 8), [("down/conv0", True), ("res/conv1", None)])])
+def test_overflows_through_residual_streams_and_normalizations_get_bit_exact_rescales(build, x, expected):
+    """T5's FFN overflow (1.5e5) reaching its final RMSNorm through the residual Add, and a U-Net block
+    (1e5 after a SiLU, 1e10 before an InstanceNorm, a skip connection): the rescales found are
+    bit-identical to the original on onnxruntime's CPU, and nothing is left beyond FP16's range but
+    what saturating ops read."""
+    from onnxwrapper.diff._fix_ranges import out_of_range
+
+    data = getattr(repair_models, build)()
+    scale = 3.0 if len(x) == 2 else 1.0
+    feeds = {"x": (np.random.default_rng(0).standard_normal(x) * scale).astype(np.float32)}
+    model = onnx.load_model_from_string(data)
+    rewrites, notes, _left = exact_overflow_rewrites(model, [feeds])
+    assert [(r.node, r.params.get("join")) for r in rewrites] == expected, notes
+    repaired = apply_recipe(model, ModelRecipe("0" * 64, rewrites=tuple(rewrites))).proto
+    run = lambda m: ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
+    assert np.array_equal(run(data), run(repaired.SerializeToString()))
+    ranges, order = reference_ranges(repaired, [feeds])
+    assert [t for t in out_of_range(ranges, order)] == (["c0"] if "unet" in build else [])  # read by Sigmoid only
+
+
+def test_an_unrepaired_recurrent_model_says_why_and_what_precision_would():
+    from onnxwrapper.diff._fix_explain import why_not_repaired
+
+    model = onnx.load_model_from_string(repair_models.lstm_drift())
+    base = Trial("baseline", "the model as it is", status="fail", worst={"output": "hn", "snr_db": 6.8}, bar_db=27.07)
+    best = Trial("cpu", "the recurrent node(s) lstm on the CPU (FP32 state)", status="fail", outputs=1,
+                 worst={"output": "hn", "snr_db": 20.1}, bar_db=27.07)
+    fp32 = Trial("precision", "precision fp32 for the whole model", status="error", message="MEM_ALLOC")
+    notes = why_not_repaired(model, {"cause": "accumulation"}, base, [best, fp32])
+    assert "7.0 dB below the bar" in notes[0] and "recurrent state (LSTM)" in notes[0]
+    assert notes[1].startswith("what precision would: 2 more significant bit(s)") and "about 98 dB" in notes[1]
+    assert "error — MEM_ALLOC" in notes[2] and "worst 20.1 dB" in notes[3]
+    assert why_not_repaired(onnx.load_model_from_string(repair_models.matmul_chain()), None, base, [best]) == []
+
+
+def test_an_overflow_no_rescale_absorbs_gets_the_known_clamp_candidate():
+    """``Softplus(x @ W)`` with ``x @ W`` ≈ 1e5: Softplus neither carries a scale nor saturates, so no exact
+    rewrite fits; the ``known`` candidate clamps that tensor to ±64504 (HF transformers' T5 FP16 fix)
+    and says which reference values it changes. The clamp leaves values within the limit bit-identical."""
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from onnxwrapper.patches import get_patch
+    from tests.models import make_model
+
+    w = (np.random.default_rng(4).standard_normal((64, 64)) * 6000).astype(np.float32)
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["a"], name="mm"), h.make_node("Softplus", ["a"], ["y"], name="sp")],
+                     "sp", [h.make_tensor_value_info("x", T.FLOAT, [8, 64])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [8, 64])], [nh.from_array(w, "w")])
+    model = onnx.load_model_from_string(make_model(g))
+    x = np.random.default_rng(5).standard_normal((8, 64)).astype(np.float32)
+    cands, notes = candidates_for(model, None, [{"x": x}], "fp16")
+    assert [c.kind for c in cands] == ["known", "cpu"] and "no exact rewrite brings 'a'" in notes[0]
+    known = cands[0]
+    assert [(r.rewrite, r.node) for r in known.rewrites] == [("clamp_fp16", "mm")] and not known.exactness.startswith("bit")
+    assert "changes the reference's values beyond ±64504 of 'a'" in known.notes[0]
+    clamped = onnx.load_model_from_string(make_model(g))
+    get_patch("clamp_fp16").apply(clamped, clamped.graph.node[0])
+    a_ref = x @ w
+    y_ref = ort.InferenceSession(make_model(g), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    y = ort.InferenceSession(clamped.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    inside = np.abs(a_ref) < 60000
+    assert np.array_equal(y[inside], y_ref[inside]) and np.all(y[~inside] <= 64504.0 + 1)

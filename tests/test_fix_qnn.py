@@ -117,3 +117,72 @@ def aipc_fix(args, cwd, env, timeout: float = 600):
 
     return subprocess.run([sys.executable, "-m", "aipc", "fix", "-q", *map(str, args)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+FAMILY_SCRIPT = """
+    import numpy as np
+    import onnxruntime as ort
+    from tests import repair_models
+
+    rng = np.random.default_rng(0)
+    feeds = {"t5_ffn.onnx": (rng.standard_normal((4, 64)) * 3).astype(np.float32),
+             "unet_block.onnx": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
+             "lstm_drift.onnx": repair_models.lstm_inputs()}
+    for name, x in feeds.items():
+        y = ort.InferenceSession(name).run(None, {"x": x})[0]
+        print(name, "argmax", y.reshape(y.shape[0], -1).argmax(-1).tolist())
+"""
+
+
+def test_each_family_gets_a_verified_recipe(tmp_path, child_env):
+    """T5's FFN overflow into an RMSNorm (a residual stream: rescale with join), a U-Net block with 1e10
+    before an InstanceNorm (two rescales; the SiLU reads saturated values), an LSTM whose state drifts
+    (the recurrent node on the CPU): `aipc fix` finds each recipe, the replays pass, and the script
+    run again with the recipe passes at both levels."""
+    for name, build in (("t5_ffn", repair_models.t5_rmsnorm_after_ffn), ("unet_block", repair_models.unet_block_instancenorm),
+                        ("lstm_drift", repair_models.lstm_drift)):
+        (tmp_path / f"{name}.onnx").write_bytes(build())
+    script = write_script(tmp_path, FAMILY_SCRIPT)
+    d = tmp_path / "d"
+    proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = diff.fix(d, localize=False, cwd=tmp_path, env=child_env)
+    assert result.exit_status == 0, result.text()
+    by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
+    assert set(by_model) == {"t5_ffn", "unet_block", "lstm_drift"}, result.text()
+    t5, unet, lstm = by_model["t5_ffn"], by_model["unet_block"], by_model["lstm_drift"]
+    for m in (t5, unet, lstm):
+        assert m.baseline.status == "fail" and m.chosen.status == "pass", result.text()
+        assert m.chosen.worst["snr_db"] > m.chosen.bar_db > m.baseline.worst["snr_db"]
+    assert t5.chosen.kind == "exact" and [(r.rewrite, r.params.get("join")) for r in t5.recipe.rewrites] == [
+        ("rescale", True)] and t5.recipe.rewrites[0].node == "/enc/DenseReluDense/wo/MatMul"
+    assert unet.chosen.kind == "exact" and [r.node for r in unet.recipe.rewrites] == ["down/conv0", "res/conv1"]
+    assert lstm.chosen.kind == "cpu" and lstm.recipe.cpu_subgraphs == (("lstm",),) and lstm.chosen.cpu_nodes == ["lstm"]
+    assert result.confirmation.passed, result.confirmation.verdict_line()
+    assert "s)" in result.text() and result.seconds > 0  # seconds per candidate and in total
+
+
+FLIP_SCRIPT = """
+    import numpy as np
+    import onnxruntime as ort
+    from tests import repair_models
+
+    _model, x = repair_models.decision_flip()
+    y = ort.InferenceSession("flip.onnx").run(None, {"x": x})[0]
+    print("speech" if y[0, 0] > 0 else "silence")
+"""
+
+
+def test_an_app_level_mismatch_whose_tensors_pass_is_repaired_by_the_script(tmp_path, child_env):
+    """Every tensor passes (66.8 dB) but the script prints another word: the decision-sensitive output's
+    producer on the CPU makes the script agree, judged by the script's own output."""
+    (tmp_path / "flip.onnx").write_bytes(repair_models.decision_flip()[0])
+    script = write_script(tmp_path, FLIP_SCRIPT)
+    d = tmp_path / "d"
+    proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
+    assert proc.returncode == 1 and "MISMATCH (app output)" in proc.stdout, proc.stdout + proc.stderr
+    result = diff.fix(d, cwd=tmp_path, env=child_env)
+    assert result.exit_status == 0, result.text()
+    (m,) = result.models
+    assert m.chosen.kind == "cpu" and m.recipe.cpu_subgraphs == (("score",),)
+    assert "decision-sensitive output" in m.notes[0] and result.confirmation.passed

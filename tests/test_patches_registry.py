@@ -41,9 +41,9 @@ def run_cpu(model, x):
 def test_registry_names_and_lookup():
     assert [p.name for p in list_patches(automatic=True)] == ["mod", "einsum", "maxpool3d"]
     assert [p.name for p in list_patches(automatic=False)] == ["pow_square", "dilated_conv", "conv_taps",
-                                                               "softmax_stable", "rescale"]
+                                                               "softmax_stable", "rescale", "clamp_fp16"]
     assert [p.name for p in list_patches()] == ["mod", "einsum", "maxpool3d", "pow_square", "dilated_conv",
-                                                "conv_taps", "softmax_stable", "rescale"]
+                                                "conv_taps", "softmax_stable", "rescale", "clamp_fp16"]
     assert all(p.exactness for p in list_patches())  # every rewrite states its exactness
     assert get_patch("EINSUM").op_type == "Einsum"
     with pytest.raises(PatchError, match="Registered patches: mod, einsum, maxpool3d, pow_square"):

@@ -106,6 +106,54 @@ def test_dynamic_shape_model_is_split_per_specialization(tmp_path):
         assert sess.get_partition().cpu_nodes == [("pow", "Pow")]
 
 
+def test_a_part_keeping_cpu_nodes_and_skip_tensors_crossing_a_cpu_subgraph_are_stitched(tmp_path):
+    """A U-Net's shape: skip tensors cross the CPU subgraph, and an NPU part keeps a node the QNN EP does
+    not take (``Shrink``): the tensors between that part's EPContext nodes and its CPU node are typed
+    (was: "Op (EPContext) output arg (…) type inference failed" when the assembled model loaded)."""
+    data = repair_models.unet_skips()
+    path = tmp_path / "unet.onnx"
+    path.write_bytes(data)
+    rfile = RecipeBook({model_sha256(data): ModelRecipe(model_sha256(data), cpu_subgraphs=(("conv3", "inorm"),))}
+                       ).save(tmp_path / "r.json")
+    sess = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"repairs": str(rfile)})
+    x = np.random.default_rng(3).standard_normal((1, 4, 16, 16)).astype(np.float32)
+    assert snr_db(sess.run(None, {"x": x})[0], cpu(data, {"x": x})) > 40
+    assert {n for n, _op in sess.get_partition().cpu_nodes} == {"conv3", "inorm", "act1"}
+
+
+def test_scalars_computed_from_graph_inputs_do_not_cross_compiled_parts(tmp_path):
+    """Rank-0 tensors computed from graph inputs (silero-vad op15's ``Cast(Mul(sr, c))`` and a bool from
+    ``Shape(state)``) are recomputed in the part that reads them (was: QNN_GRAPH_ERROR_INVALID_TENSOR
+    (6004) when they crossed from the first compiled part to the last)."""
+    data = repair_models.scalar_crossing()
+    rfile = RecipeBook({model_sha256(data): ModelRecipe(model_sha256(data), cpu_subgraphs=(("pow",),))}
+                       ).save(tmp_path / "r.json")
+    sess = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"repairs": str(rfile)})
+    feeds = {"x": repair_models.pow_inputs(4), "state": np.ones((2, 1, 8), np.float32), "sr": np.array(3, np.int64)}
+    y = sess.run(None, feeds)[0]
+    assert snr_db(y, cpu(data, feeds)) > 40
+    assert sess.get_partition().cpu_nodes == [("pow", "Pow")]
+
+
+def test_a_cpu_if_of_a_model_with_control_inputs_runs_as_its_inlined_branch(tmp_path):
+    """An ``If`` decided by a control input (silero-vad's ``sr``) put on the CPU: each specialization
+    splits the model at the inlined branch's nodes (was refused: "cannot be combined with control
+    inputs that decide an If")."""
+    from tests import cf_models
+
+    data = cf_models.if_lstm()
+    rfile = RecipeBook({model_sha256(data): ModelRecipe(model_sha256(data), cpu_subgraphs=(("If_2",),))}
+                       ).save(tmp_path / "r.json")
+    sess = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"repairs": str(rfile)})
+    ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for sr, n in ((16000, 8), (8000, 4)):
+        feeds = cf_models.if_feeds(n, sr)
+        for y, r in zip(sess.run(None, feeds), ref.run(None, feeds)):
+            assert np.array_equal(y, r)  # the branch ran on the CPU EP
+        report = sess.get_partition()
+        assert "LSTM" in {op for _n, op in report.cpu_nodes} and "If_2" in report.note
+
+
 def test_a_recipe_for_another_model_is_refused_and_never_applied(tmp_path, pow_model):
     path, sha = pow_model
     other = tmp_path / "other.onnx"

@@ -50,7 +50,7 @@ from onnxwrapper.backends.qnn._spec_builder import JitModel, SpecializationBuild
 from onnxwrapper.backends.qnn._specialize import control_inputs
 from onnxwrapper.backends.qnn._user_session import static_session, user_facing_options, user_session_options
 from onnxwrapper.backends.qnn._wrap import wrap_raw_binary
-from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
+from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, PartitionError
 from onnxwrapper.kernel import ModelSource, dynamic_inputs, fix_free_dimensions, modelmeta_from_onnx, recorded_key
 
 __all__ = ["open_session"]
@@ -158,7 +158,12 @@ def open_session(config: dict[str, Any], request, availability):
 
         def compile_static(model_in, model_proto):
             if repair is not None:  # a recipe's model is compiled as it is (no CPU-fallback verdict for it)
-                return compile_epcontext(model_in, model_proto, None, label), None
+                try:
+                    return compile_epcontext(model_in, model_proto, None, label), None
+                except PartitionError as exc:  # the recipe runs every node on the CPU
+                    if exc.report is None:
+                        raise
+                    return None, exc.report
             return compile_or_verdict(compile_epcontext, store, settings.patches, model_in, model_proto, None, label)
 
         if repair is None:  # a later session of these bytes may then open its cache entry without parsing them

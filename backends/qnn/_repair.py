@@ -177,14 +177,13 @@ def repaired_step(plan: RepairPlan, setup, content_hash: str):
     from onnxwrapper.backends.qnn._stitch import StitchedEpContext
 
     key = plan.model_hash(content_hash)
-    inner = (StitchedEpContext(setup, plan.cpu_nodes, key) if plan.cpu_nodes
+    inner = (StitchedEpContext(setup, plan.cpu_nodes, key, plan.proto) if plan.cpu_nodes
              else EpContextFromOnnx(CacheStore(setup, plan.proto, key)))
 
     def step(model_input, proto, shapes=None, note="", values=None):
-        if values:  # bound control inputs (a specialization of a model with If nodes): the normal pipeline only
-            if plan.cpu_nodes:
-                raise RecipeError("A repair recipe with CPU subgraphs cannot be combined with control inputs that "
-                                  "decide an If; use a recipe without CPU subgraphs for this model.")
+        # bound control inputs (a specialization of a model with If nodes): a CPU If is split as its
+        # inlined branch (StitchedEpContext), the bound values enter the cache keys
+        if values:
             return with_recipe_records(inner(model_input, proto, shapes, note, values), plan)
         return with_recipe_records(inner(model_input, proto, shapes, note), plan)
     return step

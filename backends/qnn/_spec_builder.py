@@ -31,6 +31,7 @@ from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.backends.qnn._session import ArtifactInfo, check_partition
 from onnxwrapper.backends.qnn._specialize import Signature, specialize_for_qnn
 from onnxwrapper.backends.qnn._user_session import BAKED_IN
+from onnxwrapper.errors import PartitionError
 from onnxwrapper.kernel import PartitionReport, has_control_flow, input_dims
 
 __all__ = ["JitModel", "SpecializationBuilder", "artifact_info", "static_compile"]
@@ -120,9 +121,14 @@ class SpecializationBuilder:
         """``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node."""
         model_input = lambda: spec.SerializeToString()  # noqa: E731 - evaluated on a cache miss only
         if self.patches is None:
-            if values:
-                return self.compile_epcontext(model_input, spec, shapes, note, values), None
-            return self.compile_epcontext(model_input, spec, shapes, note), None
+            try:
+                if values:
+                    return self.compile_epcontext(model_input, spec, shapes, note, values), None
+                return self.compile_epcontext(model_input, spec, shapes, note), None
+            except PartitionError as exc:  # a repair recipe running every node on the CPU
+                if exc.report is None:
+                    raise
+                return None, exc.report
         return compile_or_verdict(self.compile_epcontext, self.store, self.patches, model_input, spec, shapes, note,
                                   values)
 

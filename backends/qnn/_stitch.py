@@ -31,16 +31,17 @@ from onnxwrapper.backends.qnn._pipeline import CacheStore, Compiled, EpContextFr
 from onnxwrapper.errors import ArtifactError, BackendOptionError, PartitionError
 from onnxwrapper.kernel import (ArtifactCache, ModelSource, NodeAssignment, PartitionReport, dynamic_inputs, make_key,
                                 specialize)
+from onnxwrapper.patches import name_unnamed_nodes
 from onnxwrapper.repair import assemble, boundary_types, part_model, split_stages
 
-__all__ = ["CPU_REASON", "StitchedEpContext", "merge_reports", "write_stitched", "compile_repaired"]
+__all__ = ["CPU_REASON", "StitchedEpContext", "inlined_cpu_nodes", "merge_reports", "write_stitched", "compile_repaired"]
 
 EP = "QNNExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 CPU_REASON = "repair recipe: runs on the CPU (the QNN result of this subgraph failed verification; see the recipe)"
 _EMPTY_REASON = "repair recipe: the QNN EP took no node of this part, so it runs on the CPU"
 #: part of the cache keys of parts and assembled models; bump when what is built changes
-STITCH_FORMAT = "qnn-stitched-v1"
+STITCH_FORMAT = "qnn-stitched-v2"
 
 
 def merge_reports(proto: onnx.ModelProto, parts, reports: Mapping[int, PartitionReport], *, source: str,
@@ -115,33 +116,78 @@ def _split(proto, cpu_nodes):
     return parts, boundary_types(proto, parts)
 
 
+def inlined_cpu_nodes(spec: onnx.ModelProto, original: onnx.ModelProto, cpu_nodes) -> tuple:
+    """The recipe's CPU nodes in ``spec``, a specialization of ``original`` whose ``If`` nodes were
+    inlined (:func:`onnxwrapper.kernel.fold_ifs`): a CPU node still in ``spec`` stays; a CPU ``If``
+    that was inlined becomes the nodes of its taken branch (the ``Identity`` nodes named
+    ``<output>__if_inlined`` and the new nodes they read from, up to the tensors that exist in
+    ``original``). ``spec``'s unnamed nodes must have been named.
+    """
+    names = {n.name for n in spec.graph.node}
+    old_names = {n.name for n in original.graph.node}
+    old_tensors = {o for n in original.graph.node for o in n.output} | {i.name for i in original.graph.input}
+    ifs = {n.name: n for n in original.graph.node if n.op_type == "If"}
+    producer = {o: n for n in spec.graph.node for o in n.output if o}
+    result = [n for n in cpu_nodes if n in names or n not in ifs]  # an unknown name: split_stages says so
+    by_name = {n.name: n for n in spec.graph.node}
+    for name in cpu_nodes:
+        if name in names or name not in ifs:
+            continue
+        frontier = [producer[o].name for o in ifs[name].output
+                    if o in producer and producer[o].name == f"{o}__if_inlined"]
+        seen = set()
+        while frontier:
+            current = frontier.pop()
+            if current in seen or current in old_names:
+                continue
+            seen.add(current)
+            for t in by_name[current].input:
+                if t and t not in old_tensors and t in producer:
+                    frontier.append(producer[t].name)
+        result += [n.name for n in spec.graph.node if n.name in seen]
+    return tuple(dict.fromkeys(result))
+
+
 class StitchedEpContext:
     """Compile step (called like ``EpContextFromOnnx``) of a session whose recipe has CPU subgraphs.
 
     Args:
         setup: the session's registered ``QnnSetup``. cpu_nodes: the recipe's CPU node names.
         model_key: the repaired model's cache identity (content hash + recipe digest).
+        original: the repaired model before specialization (to find the nodes of an inlined CPU
+            ``If``: :func:`inlined_cpu_nodes`); ``None``: names are taken as they are.
     """
 
-    def __init__(self, setup, cpu_nodes, model_key: str) -> None:
-        self.setup, self.cpu_nodes, self.model_key = setup, tuple(cpu_nodes), model_key
+    def __init__(self, setup, cpu_nodes, model_key: str, original: onnx.ModelProto | None = None) -> None:
+        self.setup, self.cpu_nodes, self.model_key, self.original = setup, tuple(cpu_nodes), model_key, original
 
-    def __call__(self, model_input, proto, shapes=None, note: str = "") -> Compiled:
+    def __call__(self, model_input, proto, shapes=None, note: str = "", values=None) -> Compiled:
         """Split ``proto`` (static shapes), compile its NPU parts, assemble them in a cache entry.
+
+        Args:
+            values: bound control-input values when ``proto`` is a specialization whose ``If`` nodes
+                were inlined (they enter the cache keys; a CPU ``If`` becomes its taken branch's nodes).
 
         Raises:
             ValueError: a part boundary has no known type. The pipeline's errors for a part.
         """
         start = time.perf_counter()
         proto = _self_contained(proto, self.setup.source.directory)
-        parts, types = _split(proto, self.cpu_nodes)
+        cpu_nodes = self.cpu_nodes
+        if values or any(n.op_type == "If" for n in proto.graph.node) or self.original is not None:
+            proto = onnx.ModelProto.FromString(proto.SerializeToString())
+            name_unnamed_nodes(proto)
+            cpu_nodes = inlined_cpu_nodes(proto, self.original if self.original is not None else proto,
+                                          self.cpu_nodes)
+        parts, types = _split(proto, cpu_nodes)
+        bound = {k: v for k, v in sorted((values or {}).items())}
         compiled: dict[int, Compiled] = {}
         for part in parts:
             if part.kind != "npu":
                 continue
             pm = part_model(proto, part, types)
             key = make_key({"format": STITCH_FORMAT, "part": part.stage, "model": self.model_key,
-                            "cpu": list(self.cpu_nodes),
+                            "cpu": list(cpu_nodes), "values": bound,
                             "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}})
             data = pm.SerializeToString()
             # compiled from bytes without a model folder: onnxruntime then names the QNN partitions by
@@ -154,8 +200,15 @@ class StitchedEpContext:
             except PartitionError:
                 continue  # the QNN EP takes none of its nodes: it runs on the CPU
         reports = {k: c.report for k, c in compiled.items()}
-        key = make_key({"format": STITCH_FORMAT, "stitched": self.model_key, "cpu": list(self.cpu_nodes),
-                        "parts": {str(k): c.key for k, c in sorted(compiled.items())},
+        if not compiled:
+            # no NPU part: an assembled model without EPContext nodes would be compiled by the QNN EP
+            # as a whole (measured: a recipe putting a one-node model's MatMul on the CPU still ran it
+            # on the HTP); the caller runs the model on ORT's CPU EP instead
+            report = merge_reports(proto, parts, {}, source="compile", note=note)
+            raise PartitionError(f"The repair recipe runs every node of {note or 'the model'} on the CPU.",
+                                 backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
+        key = make_key({"format": STITCH_FORMAT, "stitched": self.model_key, "cpu": list(cpu_nodes),
+                        "values": bound, "parts": {str(k): c.key for k, c in sorted(compiled.items())},
                         "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}})
         reused = all(c.reused for c in compiled.values())
 

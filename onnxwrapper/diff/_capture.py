@@ -50,6 +50,7 @@ from onnxwrapper import add_run_observer
 from onnxwrapper.diff._capture_values import (array_meta, declared_types, model_key, sha256_file, tensor_meta,
                                               to_array, tool_versions, user_model)
 from onnxwrapper.diff._files import atomic_write, fmt_bytes, jsonable, parse_size, write_npz
+from onnxwrapper.diff._session_repairs import repairs_applied
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "DEFAULT_MAX_BYTES", "CaptureLimitWarning", "CaptureWriter",
            "CaptureHandle", "start_capture", "model_key", "parse_size", "write_npz"]
@@ -249,8 +250,11 @@ class CaptureWriter:
             providers = list(session.get_providers())
         except Exception:
             providers = []
-        self._session_records.append({"ordinal": ordinal, "model": key, "backend": backend,
-                                      "backend_options": jsonable(config), "providers": providers})
+        record = {"ordinal": ordinal, "model": key, "backend": backend, "backend_options": jsonable(config),
+                  "providers": providers}
+        repaired = repairs_applied(session)
+        record.update({"repaired": repaired} if repaired else {})
+        self._session_records.append(record)
         self._write_header()
         return sess
 

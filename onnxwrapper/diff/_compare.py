@@ -247,6 +247,10 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
             f"({item['nan']} NaN, {item['inf']} Inf; first: session {item['first'][0]} call {item['first'][1]}); "
             f"the FP16 HTP maps NaN and ±Inf inputs to 131008, so these calls cannot agree with the reference.")
     for run_name, cap in [(ref_backend, reference), *others.items()]:
+        for rec in cap.header.get("sessions") or ():
+            if isinstance(rec, dict) and rec.get("repaired"):
+                result.notes.append(f"{run_name}: session {rec.get('ordinal')} ({rec.get('model')}) ran repaired by its "
+                                    f"recipe: {str(rec['repaired'])[:400]}")
         if cap.header.get("errors"):
             result.notes.append(f"{run_name}: capture errors: {'; '.join(cap.header['errors'][:3])}")
         if cap.truncated:

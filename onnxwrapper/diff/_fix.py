@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from typing import Callable, Iterable, Mapping
 
 import onnx
@@ -31,7 +32,9 @@ from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._files import unused_stem
+from onnxwrapper.diff._fix_app import fix_app_level
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
+from onnxwrapper.diff._fix_explain import why_not_repaired
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
@@ -43,6 +46,7 @@ from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
 __all__ = ["fix", "tolerances_from_dict"]
 
 _RANGE_CALLS = 8
+_SPREAD_CALLS = 24
 
 
 def tolerances_from_dict(doc: Mapping | None) -> Tolerances:
@@ -95,7 +99,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     Args:
         directory: a diff directory (``aipc diff``'s, or a model diff's).
         backends: run labels to repair (default: every run that failed on values).
-        remedies: kinds to try, in this order: ``exact``, ``kernel``, ``cpu``, ``precision``.
+        remedies: kinds to try, in this order: ``exact``, ``kernel``, ``known``, ``cpu``, ``precision``.
         output: the recipe file to write (default ``<directory>/repairs.json``).
         max_calls: replay at most this many calls per model (the worst failing call first).
         try_all: verify every candidate, not only up to the first that passes.
@@ -114,6 +118,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     Raises:
         FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind.
     """
+    started = time.perf_counter()
     directory = os.path.abspath(os.fspath(directory))
     remedies = tuple(remedies)
     unknown = [r for r in remedies if r not in REMEDIES]
@@ -144,15 +149,21 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         if not _takes_repairs(run_.backend):
             mf.notes.append(f"backend '{run_.backend}' has no 'repairs' option: it cannot apply a recipe")
             continue
+        begun = time.perf_counter()
         _fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
                    max_calls, try_all, timeout, env, say)
+        mf.seconds = time.perf_counter() - begun
+    if not failing:
+        _fix_app(result, result_check, reference, directory, backends, remedies, root, cwd, timeout, env, say,
+                 try_all)
     chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
     if chosen:
         book = RecipeBook(chosen)
         result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
-    if confirm and chosen:
+    if confirm and chosen and result.confirmation is None:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
                  cwd, timeout, env, say)
+    result.seconds = time.perf_counter() - started
     return result
 
 
@@ -170,7 +181,10 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
     precision = next((s.precision for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model),
                      "fp16")
     say(f"{mf.backend} {mf.model}: candidates")
-    candidates, notes = candidates_for(proto, mf.localization, [c.inputs() for c in calls[:_RANGE_CALLS]],
+    # value ranges: the worst calls first, then calls spread over the recording (the loudest and the
+    # quietest inputs bound the power-of-two scales: an upscale for a quiet call must not overflow a loud one)
+    spread = calls[_RANGE_CALLS::max(1, (len(calls) - _RANGE_CALLS) // _SPREAD_CALLS)][:_SPREAD_CALLS]
+    candidates, notes = candidates_for(proto, mf.localization, [c.inputs() for c in calls[:_RANGE_CALLS] + spread],
                                        precision, remedies=remedies,
                                        higher_precision=_higher_precision(run_.backend))
     mf.notes += notes
@@ -185,11 +199,14 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
         trial = Trial(cand.kind, cand.title, recipe, cand.exactness, directory=os.path.join(workdir, f"candidate-{k}"))
         say(f"{mf.backend} {mf.model}: candidate {k}/{len(candidates)}: {cand.title}")
         mf.trials.append(run_trial(trial, nodes=_node_count(proto, recipe), **common))
+        mf.notes += cand.notes
         if trial.passed and mf.recipe is None:
             mf.chosen = trial
             mf.recipe = _verified(recipe, trial, mf, run_)
             if not try_all:
                 break
+    if mf.recipe is None:
+        mf.notes += why_not_repaired(proto, mf.localization, mf.baseline, mf.trials)
 
 
 def _node_count(proto, recipe: ModelRecipe) -> int | None:
@@ -219,27 +236,53 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
     return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
 
 
+def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root, cwd, timeout, env, say,
+             try_all) -> None:
+    """App-level mismatches whose tensors all pass (:mod:`onnxwrapper.diff._fix_app`)."""
+    runs = result_check.runs
+    for label, app in sorted(result_check.app.items()):
+        if app.status != "differs" or (backends is not None and label not in set(backends)):
+            continue
+        run_ = runs[label]
+        if not _takes_repairs(run_.backend) or "cpu" not in remedies and "precision" not in remedies:
+            continue
+        begun = time.perf_counter()
+
+        def confirm(path, _label=label):
+            return _script_run(directory, runs, result_check.reference, {_label}, path, cwd, timeout, env)
+        precision = _higher_precision(run_.backend) if "precision" in remedies else None
+        mf = fix_app_level(result, result_check, reference, label, workdir=os.path.join(root, label, "app"),
+                           higher_precision=precision, confirm=confirm, say=say, try_all=try_all)
+        if mf is not None:
+            mf.seconds = time.perf_counter() - begun
+            result.models.append(mf)
+
+
 def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cwd, timeout, env, say) -> None:
+    say("confirming: the script again, with the recipe")
+    result.confirmation = _script_run(directory, runs, reference, labels, result.recipe_path, cwd, timeout, env)
+    if result.confirmation is None:
+        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
+
+
+def _script_run(directory: str, runs, reference: str, labels, recipe_path, cwd, timeout, env):
+    """The script again under ``aipc diff`` with ``recipe_path`` on the runs ``labels`` (``None``: not a script diff)."""
     try:
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
     except (OSError, ValueError):
-        return
+        return None
     target = manifest.get("target") or {}
     argv = target.get("argv")
     if not argv:
-        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
-        return
+        return None
     app = manifest.get("app") or {}
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
-    options = {lb: dict(runs[lb].options, repairs={"file": result.recipe_path, "required": False}) for lb in labels}
+    options = {lb: dict(runs[lb].options, repairs={"file": recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
-    say("confirming: the script again, with the recipe")
-    confirm_dir = unused_stem(os.path.join(directory, "fix")) + "-confirm"
-    result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
-                              backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
-                              backend_options=options, directory=confirm_dir,
-                              cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
-                              compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
-                              output_rtol=app.get("rtol"),
-                              tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))
+    confirm_dir = unused_stem(os.path.join(directory, "fix-confirm"))
+    return run(argv[0], argv[1:], module=bool(target.get("module")),
+               backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
+               backend_options=options, directory=confirm_dir, cwd=target.get("cwd") or cwd, timeout=timeout,
+               env=dict(env or {}), compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
+               output_rtol=app.get("rtol"), tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))

@@ -8,10 +8,15 @@ From the localization (cause and culprit node) and the reference's value ranges:
 2. ``kernel`` — registered rewrites that compute the culprit node with other operators (``pow_square``,
    ``dilated_conv``, ``conv_taps``, ``softmax_stable`` and the operator-support patches ``mod``,
    ``einsum``, ``maxpool3d``): first at the culprit alone, then at every node the rewrite applies to.
-3. ``cpu`` — the culprit node alone on the CPU; for an overflow, the out-of-range region (the
+3. ``known`` — the model's own known FP16 fix for an overflow no exact rewrite absorbs: the tensor
+   clamped to ±64504 (``clamp_fp16``, as HF transformers' T5 does in FP16), then the exact rewrites of
+   what is left (not exact: the values it changes are stated).
+4. ``cpu`` — the culprit node alone on the CPU; for an overflow, the out-of-range region (the
    nodes producing the tensors beyond FP16's range and the nodes reading them, so that every tensor
-   crossing to the NPU is in range).
-4. ``precision`` — the backend's higher precision (``fp32``) where the target has one.
+   crossing to the NPU is in range); for a model with recurrent nodes (``LSTM``, ``GRU``, ``RNN``,
+   ``Scan``, ``Loop``) whose error accumulates, those nodes on the CPU (their state in FP32), with
+   the kernel rewrites found for the culprit.
+5. ``precision`` — the backend's higher precision (``fp32``) where the target has one.
 
 Every candidate after the first includes the exact rewrites found in step 1: they are bit-exact, so
 they never make a correct result worse, and a model may need both (an overflow and a wrong kernel).
@@ -26,13 +31,18 @@ import onnx
 
 from onnxwrapper.diff._fix_ranges import out_of_range, reference_ranges
 from onnxwrapper.diff._fix_rescale import exact_overflow_rewrites
+from onnxwrapper.diff._fix_underflow import exact_underflow_rewrites
 from onnxwrapper.patches import GraphView, get_patch, list_patches, name_unnamed_nodes
 from onnxwrapper.repair import Rewrite
 
 __all__ = ["REMEDIES", "Candidate", "candidates_for", "node_groups"]
 
 #: remedy kinds in the order they are tried
-REMEDIES = ("exact", "kernel", "cpu", "precision")
+REMEDIES = ("exact", "kernel", "known", "cpu", "precision")
+#: ops that carry a state from step to step (their FP16 rounding accumulates)
+RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop"}
+#: rewrites that are not kernel-avoiding (they are chosen from value ranges, not from a culprit)
+_NOT_KERNEL = {"rescale", "clamp_fp16"}
 _NODE_CAUSES = ("node", "saturation", "amplification", "overflow")
 
 
@@ -97,7 +107,7 @@ def _kernel_candidates(model: onnx.ModelProto, culprits: list, base: tuple) -> l
     for name in culprits:
         node = nodes[name]
         for patch in list_patches():
-            if patch.name == "rescale" or not patch.targets(node) or not patch.matches(node, view):
+            if patch.name in _NOT_KERNEL or not patch.targets(node) or not patch.matches(node, view):
                 continue
             if (patch.name, name) not in seen:
                 seen.add((patch.name, name))
@@ -111,6 +121,61 @@ def _kernel_candidates(model: onnx.ModelProto, culprits: list, base: tuple) -> l
                 result.append(Candidate("kernel", f"{patch.name} at all {len(every)} nodes it applies to",
                                         base + every, exactness=_exactness(every)))
     return result
+
+
+def _clamp_candidate(model: onnx.ModelProto, feeds_list, first, ranges: dict) -> Candidate | None:
+    """The ``known`` candidate: clamps where no exact rewrite fits, then the exact rewrites."""
+    rewrites, _why, _left = exact_overflow_rewrites(model, feeds_list, first, clamp=True)
+    producer = {n.name: n for n in model.graph.node}
+    clamped = [r for r in rewrites if r.rewrite == "clamp_fp16"]
+    if not clamped:
+        return None
+    changed = []
+    for r in clamped:
+        node = producer.get(r.node)
+        tensor = node.output[r.params.get("output", 0)] if node is not None else r.node
+        changed.append(f"'{tensor}' (reference peak {ranges.get(tensor, float('nan')):.4g})")
+    cand = Candidate("known", f"T5's FP16 fix: {len(clamped)} tensor(s) clamped to ±64504, "
+                     f"{len(rewrites) - len(clamped)} exact rewrite(s)", tuple(rewrites),
+                     exactness=_exactness(rewrites))
+    cand.notes.append("clamp_fp16 changes the reference's values beyond ±64504 of " + ", ".join(changed))
+    return cand
+
+
+def _underflow_candidates(model: onnx.ModelProto, feeds_list, base: tuple, kernel: list, notes: list) -> list:
+    """The exact rewrites (or the widest kernel rewrite) followed by upward rescales of the FP16
+    underflows left (:mod:`onnxwrapper.diff._fix_underflow`), when there are any."""
+    widest = [c for c in kernel if " at all " in c.title] or kernel[:1]
+    first = widest[0] if widest else None
+    rewrites = first.rewrites if first is not None else base
+    try:
+        under, why = exact_underflow_rewrites(model, feeds_list, rewrites)
+    except Exception as exc:  # noqa: BLE001 - a model the CPU EP cannot run with every tensor exposed
+        notes.append(f"FP16 underflow not measured: {type(exc).__name__}: {str(exc)[:200]}")
+        return []
+    if not under:
+        return []
+    notes += why
+    title = (f"{first.title} and {len(under)} exact upscale(s) of FP16 underflow" if first is not None
+             else f"{len(rewrites)} exact rewrite(s) and {len(under)} exact upscale(s) of FP16 underflow")
+    total = tuple(rewrites) + tuple(under)
+    return [Candidate(first.kind if first is not None else "exact", title, total, exactness=_exactness(total))]
+
+
+def _recurrent_candidates(model: onnx.ModelProto, loc: dict | None, base: tuple, kernel: list) -> list:
+    """For a model with recurrent nodes whose error accumulates (or grows at a node): those nodes on
+    the CPU, with the kernel rewrites that apply at every node the culprit's rewrite applies to."""
+    recurrent = [n.name for n in model.graph.node if n.op_type in RECURRENT]
+    if not recurrent or (loc and loc.get("cause") not in ("accumulation",) + _NODE_CAUSES):
+        return []
+    fixes = [c for c in kernel if " at all " in c.title] or kernel[:1]
+    unique: dict = {}
+    for r in (r for c in fixes for r in c.rewrites):
+        unique.setdefault(r.describe(), r)
+    rewrites = tuple(unique.values()) or base
+    what = f" with {', '.join(sorted({r.rewrite for r in rewrites}))}" if rewrites else ""
+    return [Candidate("cpu", f"the recurrent node(s) {', '.join(recurrent)} on the CPU (FP32 state){what}",
+                      rewrites, (tuple(recurrent),), exactness=_exactness(rewrites))]
 
 
 def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precision: str, *,
@@ -130,20 +195,29 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
     base: tuple = ()
     ranges, order = reference_ranges(named, feeds_list)
     over = out_of_range(ranges, order) if precision == "fp16" else []
-    if over and "exact" in remedies:
-        first = (loc or {}).get("culprit", {}) or {}
-        rewrites, why, _left = exact_overflow_rewrites(named, feeds_list, first.get("tensor"))
+    known = None
+    if over and ("exact" in remedies or "known" in remedies):
+        first = ((loc or {}).get("culprit", {}) or {}).get("tensor")
+        rewrites, why, left = exact_overflow_rewrites(named, feeds_list, first)
         notes += why
-        if rewrites:
+        if rewrites and "exact" in remedies:
             base = tuple(rewrites)
             result.append(Candidate("exact", f"{len(rewrites)} exact rewrite(s) bringing FP16 overflows into range",
                                     base, exactness=_exactness(base)))
+        if left and "known" in remedies:
+            known = _clamp_candidate(named, feeds_list, first, ranges)
     elif precision == "fp16" and "exact" in remedies:
         notes.append("the reference stays within FP16's range everywhere: no overflow to rewrite")
     culprits = _culprits(named, loc)
+    kernel = _kernel_candidates(named, culprits, base) if "kernel" in remedies or "cpu" in remedies else []
     if "kernel" in remedies:
-        result += _kernel_candidates(named, culprits, base)
+        result += kernel
+    if precision == "fp16" and ("exact" in remedies or "kernel" in remedies):
+        result += _underflow_candidates(named, feeds_list, base, kernel if "kernel" in remedies else [], notes)
+    if known is not None:
+        result.append(known)
     if "cpu" in remedies:
+        result += _recurrent_candidates(named, loc, base, kernel)
         cause = (loc or {}).get("cause")
         if culprits and cause in ("node", "saturation", "amplification"):
             result.append(Candidate("cpu", f"'{culprits[0]}' on the CPU", base, ((culprits[0],),),

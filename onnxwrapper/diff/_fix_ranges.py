@@ -23,11 +23,14 @@ __all__ = ["FP16_LIMIT", "reference_ranges", "out_of_range"]
 FP16_LIMIT = 65504.0
 
 
-def reference_ranges(model: onnx.ModelProto, feeds_list) -> tuple[dict, list]:
+def reference_ranges(model: onnx.ModelProto, feeds_list, floors: dict | None = None) -> tuple[dict, list]:
     """``({tensor: max |finite value|}, tensors in graph order)`` over the calls ``feeds_list``.
 
     Args:
         model: the model (not modified). feeds_list: ``[{input name: array}, …]``.
+        floors: filled with ``{tensor: the smallest non-zero per-call peak}`` when given (how small a
+            tensor gets in the quietest call: below FP16's smallest normal number, 2^-14, it keeps
+            few significant bits).
 
     Raises:
         Whatever onnxruntime raises for the model on its CPU EP.
@@ -49,7 +52,10 @@ def reference_ranges(model: onnx.ModelProto, feeds_list) -> tuple[dict, list]:
                 continue
             finite = np.abs(arr[np.isfinite(arr)]).astype(np.float64)
             if finite.size:
-                ranges[name] = max(ranges[name], float(finite.max()))
+                peak = float(finite.max())
+                ranges[name] = max(ranges[name], peak)
+                if floors is not None and peak > 0:
+                    floors[name] = min(floors.get(name, math.inf), peak)
     return ranges, names
 
 

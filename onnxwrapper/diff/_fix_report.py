@@ -25,7 +25,8 @@ class ModelFix:
         calls: the replayed ``(session, index)`` keys. baseline: the unrepaired replay
             (:class:`~onnxwrapper.diff._fix_verify.Trial`). trials: the candidates, in the order tried.
         chosen: the first passing trial. recipe: its :class:`~onnxwrapper.repair.ModelRecipe` (with
-            ``verified``). notes: facts for the report.
+            ``verified``). notes: facts for the report. seconds: wall time of its repair (value ranges,
+            candidates, the baseline and the trials).
     """
 
     backend: str
@@ -38,6 +39,7 @@ class ModelFix:
     chosen: object = None
     recipe: object = None
     notes: list = field(default_factory=list)
+    seconds: float = 0.0
 
     def to_dict(self) -> dict:
         loc = self.localization or {}
@@ -47,7 +49,8 @@ class ModelFix:
                 "baseline": self.baseline.to_dict() if self.baseline is not None else None,
                 "trials": [t.to_dict() for t in self.trials],
                 "chosen": self.trials.index(self.chosen) if self.chosen is not None else None,
-                "recipe": self.recipe.to_dict() if self.recipe is not None else None, "notes": list(self.notes)}
+                "recipe": self.recipe.to_dict() if self.recipe is not None else None, "notes": list(self.notes),
+                "seconds": self.seconds}
 
 
 def _db(value) -> str:
@@ -96,7 +99,7 @@ class FixResult:
         directory: the diff directory. remedies: the kinds tried. models: :class:`ModelFix` per
         failing (backend, model). recipe_path: the recipe file written (``None``: nothing passed).
         confirmation: the :class:`~onnxwrapper.diff.DiffResult` of the script run with the recipe,
-        or ``None``. notes: general facts.
+        or ``None``. notes: general facts. seconds: wall time of the whole fix (confirmation included).
     """
 
     directory: str
@@ -105,6 +108,7 @@ class FixResult:
     recipe_path: str | None = None
     confirmation: object = None
     notes: list = field(default_factory=list)
+    seconds: float = 0.0
 
     @property
     def repaired(self) -> bool:
@@ -130,7 +134,8 @@ class FixResult:
             loc = m.localization or {}
             culprit = (loc.get("culprit") or {}).get("node")
             lines.append(f"\n{m.backend} · {m.model} (sha256 {m.sha256[:12]}…): cause {loc.get('cause') or '?'}"
-                         + (f" at '{culprit}'" if culprit else "") + f"; {len(m.calls)} call(s) replayed")
+                         + (f" at '{culprit}'" if culprit else "") + f"; {len(m.calls)} call(s) replayed"
+                         + (f"; {m.seconds:.1f} s" if m.seconds else ""))
             b = m.baseline
             if b is not None:
                 lines.append(f"  unrepaired          {b.status.upper():5s} worst {_db((b.worst or {}).get('snr_db'))} "
@@ -138,7 +143,7 @@ class FixResult:
             for k, t in enumerate(m.trials, 1):
                 mark = " ← recipe" if t is m.chosen else ""
                 lines.append(f"  {k}. {t.kind:9s} {t.status.upper():5s} worst {_db((t.worst or {}).get('snr_db'))}  "
-                             f"{t.title}{mark}")
+                             f"{t.title}{mark} ({t.seconds:.1f} s)")
                 if t.message:
                     lines.append(f"       {t.message}")
                 if t.status != "error":
@@ -156,7 +161,7 @@ class FixResult:
             lines.append(f"confirmation (the script again, with the recipe): {self.confirmation.verdict_line()}")
         lines += [f"note: {n}" for n in self.notes]
         state = "REPAIRED" if self.repaired else ("NOT REPAIRED" if self.models else "NOTHING TO REPAIR")
-        lines.append(f"fix: {state} (exit status {self.exit_status})")
+        lines.append(f"fix: {state} (exit status {self.exit_status})" + (f" in {self.seconds:.1f} s" if self.seconds else ""))
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -166,7 +171,7 @@ class FixResult:
                 "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "directory": self.directory, "remedies": list(self.remedies), "repaired": self.repaired,
                 "exit_status": self.exit_status, "recipe": self.recipe_path,
-                "models": [m.to_dict() for m in self.models],
+                "models": [m.to_dict() for m in self.models], "seconds": self.seconds,
                 "confirmation": None if conf is None else {"verdict_line": conf.verdict_line(), "state": conf.state,
                                                            "directory": conf.directory},
                 "notes": list(self.notes)}

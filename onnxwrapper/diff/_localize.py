@@ -14,7 +14,10 @@ budget (``max_tensors`` tensors and ``max_bytes`` bytes, estimated from shape in
 call's input shapes) they are all exposed at once (``method="all"``). Otherwise the graph is
 bisected: each round exposes up to ``max_tensors`` evenly spaced candidates of the current window,
 and the window shrinks to the span between the last passing and the first failing sample. This
-assumes an error, once introduced, stays visible downstream. Then the inputs of the first node
+assumes an error, once introduced, stays visible downstream. A round that fails on the backend —
+the graph with that many exposed outputs may not compile (a 2000-node U-Net on QNN: "Failed to
+finalize") — is measured again in halves, and later rounds expose that many tensors at most
+(:data:`MIN_SPLIT`, :data:`MAX_SPLITS`). Then the inputs of the first node
 below the bar are measured if they were not (one round), and that node is run **in isolation** —
 a one-node model fed, on both sides, the values the backend fed it — (one round), which tells a
 node that breaks from one that merely carries or amplifies upstream error.
@@ -42,6 +45,10 @@ from onnxwrapper.diff._tolerance import Tolerance, snr_bar_db
 
 __all__ = ["Candidate", "candidate_tensors", "expose_tensors", "run_exposed", "localize", "FP16_MAX", "node_bar"]
 
+#: a failing round is measured in halves (the graph with many exposed outputs may not compile) down
+#: to this many tensors per round, at most MAX_SPLITS times per localization
+MIN_SPLIT = 4
+MAX_SPLITS = 6
 _KEEP = ("max_abs_error", "scaled_max_error", "cosine_similarity", "snr_db", "nonfinite_mismatch",
          "fp16_saturated")
 
@@ -156,9 +163,21 @@ def localize(*, model_source, model_key: str, inputs: dict, backend: str, backen
     rounds = _Rounds(workdir, model_path, inputs_path, input_names, reference, reference_options, backend,
                      backend_options, run_child, progress, loc)
     verdicts: dict[str, NodeVerdict] = {}
+    budget = {"tensors": max_tensors, "splits": 0}
 
     def measure(subset: list[Candidate]) -> str | None:
         results, error = rounds.run([c.tensor for c in subset])
+        if error and len(subset) > MIN_SPLIT and budget["splits"] < MAX_SPLITS:
+            # the graph with that many exposed outputs may not compile (a large U-Net on QNN: "Failed to
+            # finalize"): fewer tensors per round, this round's tensors in halves
+            budget["splits"] += 1
+            budget["tensors"] = max(MIN_SPLIT, len(subset) // 2)
+            loc.notes.append(f"round {loc.rounds} exposing {len(subset)} tensors failed ({error.splitlines()[0][:200]}); "
+                             f"measuring them {budget['tensors']} per round")
+            size = budget["tensors"]
+            chunks = [subset[i:i + size] for i in range(0, len(subset), size)]
+            errors = [measure(chunk) for chunk in chunks]
+            return errors[0] if all(errors) else None
         for c in subset:
             r, y = results.get("reference", {}).get(c.tensor), results.get("backend", {}).get(c.tensor)
             if r is not None and y is not None:
@@ -172,7 +191,7 @@ def localize(*, model_source, model_key: str, inputs: dict, backend: str, backen
         loc.error = measure(cands) or ""
     else:
         loc.method = "bisect"
-        loc.error = _bisect(cands, verdicts, measure, max_tensors, max_bytes, max_rounds, loc) or ""
+        loc.error = _bisect(cands, verdicts, measure, budget, max_bytes, max_rounds + MAX_SPLITS, loc) or ""
     if loc.error:
         loc.message = f"localization incomplete: {loc.error}"
         return loc
@@ -180,10 +199,10 @@ def localize(*, model_source, model_key: str, inputs: dict, backend: str, backen
     return loc
 
 
-def _bisect(cands, verdicts, measure, max_tensors, max_bytes, max_rounds, loc) -> str | None:
+def _bisect(cands, verdicts, measure, budget: dict, max_bytes, max_rounds, loc) -> str | None:
     window = cands
     while loc.rounds < max_rounds:
-        sample = _sample(window, max_tensors, max_bytes)
+        sample = _sample(window, budget["tensors"], max_bytes)
         error = measure(sample)
         if error:
             return error

@@ -33,6 +33,7 @@ _TABLE: tuple[tuple[str, str, str], ...] = (
     ("conv_taps", "onnxwrapper.patches._conv_taps", "ConvToTaps"),
     ("softmax_stable", "onnxwrapper.patches._softmax_stable", "NaiveSoftmaxToStable"),
     ("rescale", "onnxwrapper.patches._rescale", "PowerOfTwoRescale"),
+    ("clamp_fp16", "onnxwrapper.patches._clamp_fp16", "ClampFp16"),
 )
 _loaded: dict[str, Patch] | None = None
 _lock = threading.Lock()
@@ -62,7 +63,7 @@ def list_patches(*, automatic: bool | None = None) -> list[Patch]:
     Args:
         automatic: ``True``: only the patches backends apply on their own to nodes they leave off
             their EP (operator support: mod, einsum, maxpool3d); ``False``: only those applied by
-            name (accuracy repairs: pow_square, dilated_conv, conv_taps, softmax_stable, rescale); ``None``: all.
+            name (accuracy repairs: pow_square, dilated_conv, conv_taps, softmax_stable, rescale, clamp_fp16); ``None``: all.
     """
     return [p for p in _patches().values() if automatic is None or p.automatic == automatic]
 

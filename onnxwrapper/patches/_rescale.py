@@ -43,6 +43,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from onnxwrapper.patches._base import GraphView, Patch, PatchError, PatchRecord, constant_value, node_label
+from onnxwrapper.patches._rescale_join import JOIN_OPS, join_operands
 from onnxwrapper.patches._rescale_rules import LINEAR_WEIGHT_OPS, NodeFacts, Step, rule_for
 
 __all__ = ["PowerOfTwoRescale", "RescalePlan"]
@@ -64,6 +65,9 @@ class RescalePlan:
         folds: nodes whose weight took the scale back. restored: tensors restored by a ``Mul``
             by ``2^−e`` for consumers outside the region or graph outputs.
         barriers: ``(node, tensor)`` of the nodes outside the region reading a restored tensor.
+        steps: ``{node index: Step}`` of the region. joined: ``{tensor: (e, how)}`` of the tensors scaled to join
+            the region (``join``): ``how`` is ``"mul"`` (computed unscaled, then a ``Mul`` scales a copy)
+            or ``"fold"`` (its producer's weight took the scale).
     """
 
     start: str
@@ -75,6 +79,7 @@ class RescalePlan:
     restored: tuple
     barriers: tuple
     steps: dict
+    joined: dict = None
 
     def describe(self) -> str:
         """One line for reports."""
@@ -98,6 +103,15 @@ def _subgraph_names(node: onnx.NodeProto) -> set:
             for n in g.node:
                 names.update(n.input)
                 names |= _subgraph_names(n)
+    return names
+
+
+def _constants(view: GraphView) -> set:
+    """Names of the top-level constants (see :func:`~onnxwrapper.patches._base.constant_value`)."""
+    inputs = {i.name for i in view.graph.input}
+    names = {t.name for t in view.graph.initializer if t.name not in inputs}
+    names |= {n.output[0] for n in view.graph.node if n.op_type == "Constant" and n.output
+              and any(a.name == "value" for a in n.attribute)}
     return names
 
 
@@ -125,7 +139,10 @@ class PowerOfTwoRescale(Patch):
     parameters = {"log2": "the exponent k of the scale 2^k (a non-zero integer, |k| <= 24)",
                   "output": "which output of the node to scale (default 0)",
                   "pass_through": "names of constant-weight MatMul/Gemm/Conv nodes that keep the scale "
-                                  "(their bias is scaled) instead of folding it back into their weight"}
+                                  "(their bias is scaled) instead of folding it back into their weight",
+                  "join": "true: an Add/Sub/Concat/... meeting the scaled region with an unscaled operand scales "
+                          "that operand too (folded into its constant-weight producer, else by a Mul) instead of "
+                          "restoring the region's values (residual streams into a normalization)"}
 
     def __init__(self, **params) -> None:
         super().__init__(**params)
@@ -136,6 +153,10 @@ class PowerOfTwoRescale(Patch):
         self.log2 = int(k)
         self.output = int(params.get("output", 0))
         self.pass_through = frozenset(str(n) for n in params.get("pass_through", ()) or ())
+        join = params.get("join", False)
+        if not isinstance(join, bool):
+            raise PatchError(f"Patch 'rescale': join must be true or false, got {join!r}.", patch=self.name)
+        self.join = join
 
     def targets(self, node: onnx.NodeProto) -> bool:
         """Any node of the default domain with an output (the rewrite starts at one of its outputs)."""
@@ -179,6 +200,15 @@ class PowerOfTwoRescale(Patch):
         exps = {start: self.log2}
         steps: dict[int, Step] = {}
         outside: dict[str, list] = {}
+        consts = _constants(view)
+        joined: dict = {}
+        if self.join:
+            producers = {o: (i, m) for i, m in enumerate(nodes) for o in m.output if o}
+            readers: dict = {}
+            for m in nodes:
+                for t in set(m.input) | _subgraph_names(m):
+                    readers[t] = readers.get(t, 0) + 1
+            outputs = {o.name for o in view.graph.output}
         for j in range(start_index + 1, len(nodes)):
             n = nodes[j]
             reads = [name for name in n.input if name in exps]
@@ -188,7 +218,25 @@ class PowerOfTwoRescale(Patch):
             if not reads:
                 continue
             rule = rule_for(n)
-            step = rule(n, self._facts(n, view, exps)) if rule is not None else None
+            facts = self._facts(n, view, exps, consts)
+            step = rule(n, facts) if rule is not None else None
+            if step is None and self.join and rule is not None and n.op_type in JOIN_OPS:
+                muls, folds = join_operands(n, facts, consts=consts, producers=producers, readers=readers,
+                                            steps=steps, outputs=outputs)
+                if muls or folds:
+                    for i, fold in folds.items():
+                        exps[nodes[i].output[0]] = fold.outputs[0]
+                        joined[nodes[i].output[0]] = (fold.outputs[0], "fold")
+                    step = rule(n, self._facts(n, view, dict(exps, **{n.input[i]: e for i, e in muls.items()}),
+                                               consts))
+                    if step is not None:
+                        steps.update(folds)
+                        step.join_inputs = dict(muls)
+                        joined.update({n.input[i]: (e, "mul") for i, e in muls.items()})
+                    else:
+                        for i in folds:
+                            exps.pop(nodes[i].output[0], None)
+                            joined.pop(nodes[i].output[0], None)
             if step is None:
                 for name in reads:
                     outside.setdefault(name, []).append(_label(n, j))
@@ -204,16 +252,16 @@ class PowerOfTwoRescale(Patch):
         folds = tuple(_label(nodes[j], j) for j, s in sorted(steps.items()) if s.folded)
         restored = tuple(t for t in exps if t in outside and (t != start or folded))
         barriers = tuple((use, t) for t in exps for use in outside.get(t, ()))
-        return RescalePlan(start, self.log2, folded, dict(exps), region, folds, restored, barriers, steps)
+        return RescalePlan(start, self.log2, folded, dict(exps), region, folds, restored, barriers, steps, joined)
 
-    def _facts(self, n: onnx.NodeProto, view: GraphView, exps: dict) -> NodeFacts:
+    def _facts(self, n: onnx.NodeProto, view: GraphView, exps: dict, consts: set) -> NodeFacts:
         power = None
         if n.op_type == "Pow" and len(n.input) > 1:
             value = constant_value(view, n.input[1])
             if value is not None and value.size and np.all(value == value.reshape(-1)[0]):
                 power = float(value.reshape(-1)[0])
         return NodeFacts(exps=[exps.get(name, 0) if name else 0 for name in n.input],
-                         consts=[bool(name) and constant_value(view, name) is not None for name in n.input],
+                         consts=[bool(name) and name in consts for name in n.input],
                          floats=[bool(o) and self._is_float(view, o) for o in n.output],
                          pass_through=n.name in self.pass_through, power=power)
 
@@ -272,9 +320,6 @@ class PowerOfTwoRescale(Patch):
 
         result: list[onnx.NodeProto] = []
         for j, n in enumerate(nodes):
-            if j < index:
-                result.append(n)
-                continue
             if j == index:
                 fold = self._fold_weights(n, view)
                 if fold is not None:
@@ -292,6 +337,10 @@ class PowerOfTwoRescale(Patch):
             for k, name in enumerate(n.input):
                 if name in renamed:
                     n.input[k] = renamed[name]
+            for k, e in sorted(step.join_inputs.items()):
+                joined = view.unique_name(f"{n.input[k]}/x2^{e}")
+                result.append(mul(n.input[k], joined, e))
+                n.input[k] = joined
             for k, e in step.scale_inputs.items():
                 n.input[k] = scaled_const(n.input[k], e)
             for a in n.attribute:

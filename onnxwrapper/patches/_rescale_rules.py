@@ -77,12 +77,15 @@ class Step:
         scale_inputs: ``{input index: k}``: replace that constant input by a copy times ``2^k``.
         scale_attrs: ``{float attribute: k}``: multiply the attribute by ``2^k``.
         folded: the scale was folded back into this node's weight (for reports).
+        join_inputs: ``{input index: k}``: the node reads a copy of that (unscaled) input times ``2^k``
+            (the ``join`` option, :mod:`onnxwrapper.patches._rescale_join`).
     """
 
     outputs: list
     scale_inputs: dict = field(default_factory=dict)
     scale_attrs: dict = field(default_factory=dict)
     folded: bool = False
+    join_inputs: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -7,7 +7,11 @@ kind (even: NPU, odd: CPU): a CPU node right after NPU producers opens the next 
 after it the one after. For one CPU node this gives at most three parts — everything that does not
 depend on it (NPU), the node (CPU), everything that does (NPU) — and in general the fewest stages
 that respect the data dependencies (a topological layering). ``Constant`` nodes belong to no part:
-each part that reads one gets a copy.
+each part that reads one gets a copy — and so do the small shape and scalar computations on
+constants, scalar or integer graph inputs and graph inputs' shapes (:data:`REPLICATED_OPS`: ``Shape`` → ``Gather`` → ``Cast``, ``Mul(sr, c)``):
+a scalar or a bool crossing from one compiled QNN part to another fails at run time (measured on
+silero-vad's op15 model, onnxruntime-qnn 2.7.0: ``QNN_GRAPH_ERROR_INVALID_TENSOR`` (6004) for a
+rank-0 bool and a rank-0 float computed in the first part and read by the last).
 
 :func:`part_model` makes one part a model of its own (typed inputs and outputs from shape
 inference of the whole model); :func:`assemble` puts the parts back together in one graph — with
@@ -25,7 +29,11 @@ import onnx
 from onnx import helper
 from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
-__all__ = ["ModelPart", "split_stages", "tensor_types", "boundary_types", "part_model", "assemble"]
+__all__ = ["ModelPart", "REPLICATED_OPS", "split_stages", "tensor_types", "boundary_types", "part_model", "assemble"]
+
+#: ops copied into every part that reads them when they read only graph inputs and constants
+REPLICATED_OPS = {"Constant", "Shape", "Size", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "Concat", "Slice",
+                  "Equal", "Not", "Greater", "Less", "Add", "Sub", "Mul", "Div", "ConstantOfShape", "Range", "Identity"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class ModelPart:
         nodes: indices (in ``graph.node``) of its nodes, in graph order (``Constant`` nodes excluded).
         inputs: tensors it reads from graph inputs or earlier parts. outputs: tensors it produces
             for later parts or the graph's outputs.
+        copies: indices of the replicated nodes (constants, shape and scalar computations on graph
+            inputs) it gets its own copy of, in graph order.
     """
 
     kind: str
@@ -44,6 +54,7 @@ class ModelPart:
     nodes: tuple
     inputs: tuple
     outputs: tuple
+    copies: tuple = ()
 
 
 def _reads(node: onnx.NodeProto) -> list:
@@ -77,7 +88,7 @@ def split_stages(model: onnx.ModelProto, cpu_nodes) -> list[ModelPart]:
     missing = sorted(cpu - names)
     if missing:
         raise ValueError(f"no node named {', '.join(missing)} in the model")
-    constants = {i for i, n in enumerate(graph.node) if n.op_type == "Constant" and not n.input}
+    constants = _replicated(model, cpu)
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
     stage: dict[int, int] = {}
     for i, node in enumerate(graph.node):
@@ -102,16 +113,58 @@ def split_stages(model: onnx.ModelProto, cpu_nodes) -> list[ModelPart]:
     parts = []
     for k, s in enumerate(order):
         members = sorted(groups[s])
+        copies = _cone(graph, constants, [t for i in members for t in _reads(graph.node[i])])
         produced = {o for i in members for o in graph.node[i].output if o}
         inputs = []
-        for i in members:
+        for i in copies + members:
             for t in _reads(graph.node[i]):
                 if t not in produced and t not in inits and t not in const_out and t not in inputs:
                     inputs.append(t)
         outputs = [o for i in members for o in graph.node[i].output
                    if o and (o in graph_outputs or readers.get(o, set()) - {k})]
-        parts.append(ModelPart("cpu" if s % 2 else "npu", k, tuple(members), tuple(inputs), tuple(outputs)))
+        parts.append(ModelPart("cpu" if s % 2 else "npu", k, tuple(members), tuple(inputs), tuple(outputs),
+                               tuple(copies)))
     return parts
+
+
+def _cone(graph, replicated: set, reads: list) -> list:
+    """Indices of the ``replicated`` nodes the tensors ``reads`` come from, directly or through each other."""
+    producer = {o: i for i in replicated for o in graph.node[i].output if o}
+    chosen: set = set()
+    while reads:
+        i = producer.get(reads.pop())
+        if i is not None and i not in chosen:
+            chosen.add(i)
+            reads += [t for t in graph.node[i].input if t]
+    return sorted(chosen)
+
+
+def _replicated(model: onnx.ModelProto, keep=()) -> set:
+    """Indices of the nodes every part gets its own copy of (module docstring): ``Constant`` nodes, and
+    :data:`REPLICATED_OPS` nodes reading only constants, scalar or integer graph inputs, the shape of a
+    graph input and other such nodes (never a float data tensor; never a node producing a graph output,
+    nor one with subgraphs, nor one named in ``keep``: a recipe's CPU node)."""
+    graph = model.graph
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+    inputs = {i.name for i in graph.input}
+    # graph inputs every part may read without copying data: scalars and integer/bool tensors (sr, lengths)
+    available = {i.name for i in graph.input if i.type.tensor_type.elem_type not in floats
+                 or (i.type.tensor_type.HasField("shape") and not i.type.tensor_type.shape.dim)}
+    available |= {t.name for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    result = set()
+    for i, n in enumerate(graph.node):
+        shape_of_input = n.op_type in ("Shape", "Size") and n.input and n.input[0] in inputs
+        if n.op_type == "Constant" and not n.input:
+            result.add(i)
+        elif (n.op_type not in REPLICATED_OPS or n.name in keep or n.domain not in ("", "ai.onnx")
+              or set(n.output) & outputs
+              or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
+              or not (shape_of_input or all(t in available for t in n.input if t))):
+            continue
+        result.add(i)
+        available.update(o for o in n.output if o)
+    return result
 
 
 def tensor_types(model: onnx.ModelProto) -> dict:
@@ -183,9 +236,8 @@ def _value_info(name: str, types: dict) -> onnx.ValueInfoProto:
 
 
 def _constant_nodes(model: onnx.ModelProto, part: ModelPart) -> list:
-    graph = model.graph
-    wanted = {t for i in part.nodes for t in _reads(graph.node[i])}
-    return [n for n in graph.node if n.op_type == "Constant" and not n.input and n.output[0] in wanted]
+    """The replicated nodes ``part`` gets copies of (:attr:`ModelPart.copies`), in graph order."""
+    return [model.graph.node[i] for i in part.copies]
 
 
 def part_model(model: onnx.ModelProto, part: ModelPart, types: dict) -> onnx.ModelProto:
@@ -226,11 +278,12 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
     opsets: dict = {o.domain: o.version for o in model.opset_import}
     ir_version = model.ir_version
     produced: set = set()
+    inner_types: dict = {}
 
     def add(node_list) -> None:
         for n in node_list:
-            if n.op_type == "Constant" and n.output and n.output[0] in produced:
-                continue  # a constant copied into two parts
+            if n.output and all(o in produced for o in n.output if o):
+                continue  # a replicated node (a constant, a shape computation) copied into two parts
             nodes.append(n)
             produced.update(o for o in n.output if o)
 
@@ -242,6 +295,11 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
                 if t.name in inits and inits[t.name].SerializeToString() != t.SerializeToString():
                     raise ValueError(f"two compiled parts define initializer '{t.name}' differently")
                 inits[t.name] = t
+            # tensors between the QNN EP's partitions and CPU nodes *inside* a compiled part: typed by the
+            # part's own value_info (an EPContext node's outputs get no type by inference; measured:
+            # "Op (EPContext) output arg (…) type inference failed" when a part kept CPU nodes)
+            for vi in sub.graph.value_info:
+                inner_types.setdefault(vi.name, vi)
             for o in sub.opset_import:
                 opsets[o.domain] = max(opsets.get(o.domain, 0), o.version)
             ir_version = max(ir_version, sub.ir_version)
@@ -261,9 +319,11 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
     # the QNN EP refuses an EPContext output declared with a symbolic dim (measured)
     outputs = [o if _static(o.type) or o.name not in types or not _static(types[o.name]) else _value_info(o.name, types)
                for o in graph.output]
+    io = {i.name for i in graph.input} | {o.name for o in graph.output}
+    value_info = [_value_info(t, types) for t in sorted(boundary)]
+    value_info += [vi for name, vi in sorted(inner_types.items()) if name not in boundary and name not in io]
     g = helper.make_graph(nodes, graph.name, list(graph.input), outputs, list(inits.values()),
-                          doc_string=graph.doc_string,
-                          value_info=[_value_info(t, types) for t in sorted(boundary)])
+                          doc_string=graph.doc_string, value_info=value_info)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()],
                           ir_version=ir_version)
     m.functions.extend(model.functions)
