@@ -180,6 +180,8 @@ def context_memory_failure(exc: BaseException) -> bool:
     """True when ``exc`` is ORT failing to load a QNN context for memory (measured on the simulator
     with ~2.9 GiB of contexts loaded: ``INVALID_GRAPH : Failed to load from EpContext model.
     contextCreateFromBinary failed. Error: QNN_COMMON_ERROR_MEM_ALLOC``)."""
+    if isinstance(exc, ContextLoadError):
+        return "MEM_ALLOC" in (exc.error_name or "")
     text = str(exc)
     return "MEM_ALLOC" in text and ("contextCreateFromBinary" in text or "EpContext" in text)
 

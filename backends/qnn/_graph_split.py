@@ -22,6 +22,7 @@ failing again (:mod:`onnxwrapper.backends.qnn._recovery`).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -41,7 +42,7 @@ __all__ = ["MAX_COMPILES", "SplitRange", "GraphSplit", "range_parts"]
 #: most compiles one graph split tries before the ranges still failing run on the CPU whole
 MAX_COMPILES = 64
 #: part of the cache keys of parts and assembled models; bump when what is built changes
-SPLIT_FORMAT = "qnn-graph-split-v1"
+SPLIT_FORMAT = "qnn-graph-split-v2"
 CPU_EP = "CPUExecutionProvider"
 _NONE_TAKEN = "the QNN EP takes none of its nodes"
 
@@ -207,6 +208,7 @@ class GraphSplit:
         def build(directory: str) -> dict:
             bins = write_stitched(directory, CTX_NAME, proto, parts, {k: c.ctx_path for k, c in compiled.items()},
                                   types, lambda stage, n: f"part{stage}_{n}_qnn.bin")
+            _keep_part_types(os.path.join(directory, CTX_NAME), [c.ctx_path for c in compiled.values()])
             report = _with_reasons(merge_reports(proto, parts, reports, source="compile", note=note), proto, parts,
                                    ranges)
             return {"ctx": CTX_NAME, "bin": bins[0] if bins else None, "bins": bins, "partition": report.to_dict()}
@@ -219,6 +221,24 @@ class GraphSplit:
         seconds = time.perf_counter() - start
         return Compiled(entry.file(CTX_NAME), report, (), reused, 0.0 if reused else seconds, entry.key, entry.path,
                         dict(entry.meta)), ranges
+
+
+def _keep_part_types(ctx_path: str, part_paths) -> None:
+    """Give the assembled model the types its parts' EPContext models declare for their own inner
+    tensors (between an ``EPContext`` node and a CPU node of the same part, e.g. ``conv4_token_1``):
+    without them onnxruntime cannot infer an ``EPContext`` output's type and refuses the model
+    (measured, onnxruntime 1.32: "Op (EPContext) output arg (…) type inference failed")."""
+    model = onnx.load(ctx_path, load_external_data=False)
+    typed = {vi.name for vi in list(model.graph.value_info) + list(model.graph.input) + list(model.graph.output)}
+    produced = {o for n in model.graph.node for o in n.output}
+    for path in part_paths:
+        for vi in onnx.load(path, load_external_data=False).graph.value_info:
+            if vi.name in produced and vi.name not in typed:
+                model.graph.value_info.append(vi)
+                typed.add(vi.name)
+    with open(ctx_path + ".tmp", "wb") as f:
+        f.write(model.SerializeToString())
+    os.replace(ctx_path + ".tmp", ctx_path)
 
 
 def _merge_cpu(ranges: list[SplitRange]) -> list[SplitRange]:
