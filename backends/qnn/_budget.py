@@ -142,17 +142,17 @@ def await_reply(proc, request, kill: Callable[[], None], tail: Callable[[], str]
     shapes = dict(request.shapes) if request.shapes else None
     label = request.label + (f" [{shapes_note(shapes)}]" if shapes else "")
     watch = CompileWatch(proc.pid, label, request.rung, request.budget_seconds, request.budget_mb)
-    while True:
-        try:
-            kind, value = replies.get(timeout=0.2)
-        except queue.Empty:
-            exceeded = watch.check()
-            if exceeded is None:
-                continue
+    while True:  # checked at once too: a budget the worker's own start-up memory exceeds stops every compile
+        exceeded = watch.check()
+        if exceeded is not None:
             kill()
             limit = request.budget_seconds if exceeded == "time" else request.budget_mb
             raise budget_error(request.label, shapes, seconds=watch.elapsed, peak_mb=watch.peak_mb, which=exceeded,
                                limit=float(limit), stderr=tail()) from None
+        try:
+            kind, value = replies.get(timeout=0.2)
+        except queue.Empty:
+            continue
         if kind == "error":
             raise value
         return value

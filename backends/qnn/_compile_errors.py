@@ -145,6 +145,9 @@ def typed_failure(exc: BaseException, *, label: str, shapes=None, rung: str | No
     if isinstance(exc, CompileFailedError):
         exc.rung = rung or exc.rung
         exc.largest = largest or exc.largest
+        extra = (f" Largest tensor: {largest}." if largest else "") + (f" {hint}" if hint else "")
+        if extra and extra.strip() not in str(exc):
+            exc.args = (str(exc) + extra,)
         return exc
     name, code = qnn_error(exc)
     if isinstance(exc, BackendCompileError):

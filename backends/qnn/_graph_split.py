@@ -132,7 +132,11 @@ class GraphSplit:
         store = CacheStore(setup, pm, self._key(shapes, {"range": [r.lo, r.hi]}), rung="graph split")
         self.compiles += 1
         try:
-            return EpContextFromOnnx(store)(data, pm, None, f"{note} nodes {r.lo + 1}-{r.hi}")
+            compiled = EpContextFromOnnx(store)(data, pm, None, f"{note} nodes {r.lo + 1}-{r.hi}")
+            off = len(compiled.report.offloaded_nodes)
+            if self.strict and off:  # strict: a part is only good when all of it runs on the NPU
+                return f"the QNN EP leaves {off} of its nodes on the CPU"
+            return compiled
         except PartitionError:
             return _NONE_TAKEN
         except Exception as exc:  # noqa: BLE001 - a failure the ladder handles: bisect, or the CPU

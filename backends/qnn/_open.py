@@ -40,7 +40,7 @@ from onnxwrapper.backends.qnn._assignment import ASSIGNMENT_KEY, records_assignm
 from onnxwrapper.backends.qnn._compile import ort_session_class
 from onnxwrapper.backends.qnn._cache_hit import is_ort_format, is_raw_binary, model_label
 from onnxwrapper.backends.qnn._model_identity import is_epcontext_model, remember_facts
-from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
+from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy, predicted_no_node
 from onnxwrapper.backends.qnn._batch_split import BatchSplitRunner
 from onnxwrapper.backends.qnn._context_budget import context_budget_mb
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
@@ -148,6 +148,11 @@ def open_session(config: dict[str, Any], request, availability):
         refuse_for_artifact(config, "this EPContext model")
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
         return static_session(setup, model_input, load_configs, None, info, warn_key)
+    no_node = predicted_no_node(fixed, label) if repair is None else None
+    if no_node is not None:  # nothing for the NPU: ORT's own CPU session, dynamic shapes and all, no compile
+        no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
+        return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
+                             ep_options=settings.ep_options)
     if not dynamic and not control:
         start = time.perf_counter()
         artifact = resolve_precompiled(source, settings) if neighbours else None

@@ -17,7 +17,8 @@ first that compiles is used:
    batch and each call runs as several calls (:mod:`onnxwrapper.backends.qnn._batch_split`).
 3. **graph split** — the graph as several QNN contexts stitched into one session, bisected until
    each part finalizes (:mod:`onnxwrapper.backends.qnn._graph_split`);
-4. **cpu** — a node that fails even alone runs on ORT's CPU EP: the session's
+4. **cpu** — a node that fails even alone runs on ORT's CPU EP (when no part compiles at all, the
+   whole model does, as for a model the QNN EP takes no node of): the session's
    :class:`~onnxwrapper.kernel.PartialOffloadWarning` gives the node count and the reason (the
    partition summary says "recovered by graph split … after QNN_…"). Under ``strict=True`` this
    rung raises :class:`~onnxwrapper.errors.CompileFailedError` naming the model, the shapes, the
@@ -47,7 +48,7 @@ from onnxwrapper.backends.qnn._feed_limits import VTCM_BUDGET_MB
 from onnxwrapper.backends.qnn._graph_split import GraphSplit, SplitRange
 from onnxwrapper.backends.qnn._pipeline import CacheStore, Compiled, EpContextFromOnnx
 from onnxwrapper.backends.qnn._settings import QnnSettings, QnnSetup
-from onnxwrapper.errors import ArtifactError
+from onnxwrapper.errors import ArtifactError, PartitionError
 from onnxwrapper.kernel import make_key
 
 __all__ = ["RecoveringCompile", "RecoveryMemo", "batch_split_of", "largest_tensor", "option_candidates"]
@@ -278,6 +279,10 @@ class RecoveringCompile:
             f", {cpu} node{'s' if cpu != 1 else ''} failing alone on the CPU" if cpu else "")
         steps.append({"rung": rung, "detail": detail, "result": "compiled", "cpu_nodes": cpu, "parts": len(ranges),
                       "seconds": round(time.perf_counter() - start, 2)})
+        if not npu:  # nothing for the NPU: ORT's CPU session of the model runs it (the no-node verdict, cached)
+            report = compiled.report.with_recovery(steps)
+            raise PartitionError(f"The QNN HTP could compile no part of {note} ({report.recovery_summary()}).",
+                                 backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
         return self._done(compiled, steps, note, {"rung": rung, "ranges": [r.to_dict() for r in ranges]})
 
     def _done(self, compiled: Compiled, steps, note: str, record: dict):

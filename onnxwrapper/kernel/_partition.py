@@ -115,7 +115,9 @@ class PartitionReport:
         partition_eps: EP name of each ORT subgraph (``len`` = number of partitions).
         source: how the report was obtained: ``"compile"`` (assignment recorded while compiling,
             per original node), ``"artifact"`` (assignment of a loaded precompiled EPContext model:
-            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time), or
+            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time),
+            ``"predicted"`` (from the model's op types alone, e.g. a model no node of which the
+            backend's EP has an implementation for: nothing was compiled), or
             ``"pending"`` (:meth:`pending`: nothing compiled yet — a dynamic-shape model before its
             first run; no nodes, :meth:`summary` says so).
         note: free text for listings (e.g. the model name or the specialization shapes).
