@@ -158,3 +158,165 @@ def test_progress_lines_name_the_rung_and_the_elapsed_time(monkeypatch, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         "onnxwrapper qnn: still compiling m.onnx [x=3x1x7500] for the QNN HTP (graph split): 0 s (budget 60 s)"]
     assert _budget.CompileWatch(None, "m", "", 1e-9, None).check() == "time"
+
+
+# -- the batch-split proof, checked against onnxruntime on the CPU --------------------------------
+@pytest.mark.parametrize("name", sorted(rm.PER_SAMPLE) + ["unet1d"])
+def test_a_proven_per_sample_model_gives_the_same_answer_in_chunks_on_the_cpu(name):
+    """What the batch split runs (the rebatched model, chunk by chunk, outputs concatenated) equals
+    onnxruntime's answer for the whole batch, for each model the proof accepts."""
+    from onnxruntime.tools.onnx_model_utils import make_input_shape_fixed
+
+    from onnxwrapper.backends.qnn._batch_proof import BatchPlan, batch_plan
+    from onnxwrapper.backends.qnn._batch_split import BatchSplitRunner, rebatch
+
+    data = rm.unet1d(length=250, chans=(8, 16)) if name == "unet1d" else rm.PER_SAMPLE[name]
+    model = onnx.load_from_string(data)
+    rng = np.random.default_rng(5)
+    feed = {}
+    for vi in model.graph.input:
+        dims = [6] + [d.dim_value or 250 for d in vi.type.tensor_type.shape.dim[1:]]
+        make_input_shape_fixed(model.graph, vi.name, dims)
+        feed[vi.name] = rng.standard_normal(dims).astype(np.float32)
+    static = onnx.shape_inference.infer_shapes(model)
+    plan = batch_plan(static, 6)
+    assert isinstance(plan, BatchPlan), plan
+    for chunk in (3, 2, 1):
+        sub = onnxruntime.InferenceSession(rebatch(static, plan, chunk).SerializeToString(),
+                                           providers=["CPUExecutionProvider"])
+        got = BatchSplitRunner(sub, plan, chunk).run(None, feed)
+        for a, b in zip(got, _cpu(data, feed)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(rm.MIXING))
+def test_the_proof_names_why_a_mixing_model_cannot_be_split(name):
+    from onnxruntime.tools.onnx_model_utils import make_input_shape_fixed
+
+    from onnxwrapper.backends.qnn._batch_proof import batch_plan
+
+    data, why = rm.MIXING[name]
+    model = onnx.load_from_string(data)
+    vi = model.graph.input[0]
+    make_input_shape_fixed(model.graph, vi.name, [4] + [d.dim_value for d in vi.type.tensor_type.shape.dim[1:]])
+    reason = batch_plan(onnx.shape_inference.infer_shapes(model), 4)
+    assert isinstance(reason, str) and why in reason
+
+
+# -- loaded contexts budgeted by memory ------------------------------------------------------------
+def test_a_decoder_whose_shape_grows_runs_40_steps_within_a_lowered_context_budget(cache, caplog):
+    data = rm.growing_decoder(dim=256)
+    session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache,
+                                                                                 "context_memory_mb": 1})
+    rng = np.random.default_rng(6)
+    live = []
+    with caplog.at_level(logging.INFO, logger="onnxwrapper.qnn"):
+        for step in range(1, 41):
+            x = rng.standard_normal((1, step, 256)).astype(np.float32)
+            np.testing.assert_allclose(session.run(None, {"x": x})[0], _cpu(data, {"x": x})[0], atol=3e-2)
+            live.append(session.backend_session._live_mb())
+    sizes = [s.nbytes for s in session.backend_session._live.values()]
+    assert min(sizes) > 256 * 1024 and max(live) <= 1 + max(sizes) / 2**20  # over budget by one context at most
+    assert caplog.text.count("released a specialization") >= 40 - len(sizes)
+
+
+def test_a_context_load_failing_for_memory_releases_others_and_retries_then_fails_typed():
+    """The session's build seam (``QnnDynamicSession(build=…)``) loads contexts; a load that fails as
+    the simulator's does past ~2.9 GiB (ORT's InvalidGraph, measured text) releases the least
+    recently used context and retries; with nothing left to release it is a ContextLoadError."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph
+
+    from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession
+    from onnxwrapper.errors import ContextLoadError
+    from onnxwrapper.kernel import PartitionReport
+
+    data = rm.PER_SAMPLE["mlp-softmax"]
+    failing = "[ONNXRuntimeError] : 10 : INVALID_GRAPH : Failed to load from EpContext model. contextCreateFromBinary " \
+              "failed. Error: QNN_COMMON_ERROR_MEM_ALLOC: Memory allocation related error."
+    limit = {"live": 2}
+    session: QnnDynamicSession
+
+    def build(signature, feed=None):
+        if len(session._live) >= limit["live"]:
+            raise InvalidGraph(failing)
+        cpu = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+        report = PartitionReport("QNNExecutionProvider", (), (), "compile")
+        return cpu, PartitionReport.from_dict(dict(report.to_dict(), nodes=[{"name": "mm", "op_type": "MatMul",
+                                                                             "domain": "", "ep": "QNNExecutionProvider"}])), \
+            ArtifactInfo("compiled", "")
+
+    session = QnnDynamicSession(data, None, {}, build=build, dynamic_names=["x"], ep_options={}, max_specializations=8,
+                                strict=False, label="m", warn_key="m")
+    for n in range(1, 6):
+        x = np.ones((n, 8), np.float32)
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], _cpu(data, {"x": x})[0], rtol=1e-6)
+        assert len(session._live) <= 2
+    limit["live"] = 0
+    with pytest.raises(ContextLoadError) as info:
+        session.run(None, {"x": np.ones((9, 8), np.float32)})
+    assert info.value.error_name == "QNN_COMMON_ERROR_MEM_ALLOC" and isinstance(info.value, EPFail)
+    assert not session._live
+
+
+# -- a model the NPU can take no node of -----------------------------------------------------------
+def test_a_model_without_a_qnn_op_is_one_cpu_session_whatever_the_shapes(cache, caplog):
+    from onnx import TensorProto
+
+    from onnxwrapper.backends.qnn._no_node import QnnCpuSession
+
+    node = onnx.helper.make_node(
+        "TreeEnsembleClassifier", ["X"], ["label", "probs"], domain="ai.onnx.ml", classlabels_int64s=[0, 1],
+        nodes_featureids=[0, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_nodeids=[0, 1, 2],
+        nodes_treeids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0], nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0], class_ids=[1, 1], class_nodeids=[1, 2], class_treeids=[0, 0],
+        class_weights=[-1.0, 1.0], post_transform="LOGISTIC")
+    graph = onnx.helper.make_graph([node], "tree", [onnx.helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
+                                   [onnx.helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+                                    onnx.helper.make_tensor_value_info("probs", TensorProto.FLOAT, [None, 2])])
+    from tests.models import make_model
+
+    data = make_model(graph, extra_opsets=[onnx.helper.make_opsetid("ai.onnx.ml", 3)])
+    with caplog.at_level(logging.INFO, logger="onnxwrapper"):
+        with pytest.warns(PartialOffloadWarning, match="took none of the 1 node"):
+            session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache})
+        for n in (1, 2, 7):
+            x = np.random.default_rng(n).random((n, 3)).astype(np.float32)
+            for a, b in zip(session.run(None, {"X": x}), _cpu(data, {"X": x})):
+                np.testing.assert_array_equal(a, b)
+    assert isinstance(session.backend_session, QnnCpuSession)
+    assert session.get_partition().source == "predicted" and session.get_inputs()[0].shape == [None, 3]
+    assert "for the QNN HTP" not in caplog.text and "specialization" not in caplog.text
+    with pytest.raises(onnxwrapper.PartitionError):
+        onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache, "strict": True})
+
+
+# -- the 1-D conv U-Net pattern under aipc ----------------------------------------------------------
+_UNET_APP = """
+import sys
+import numpy as np
+import onnxruntime as ort
+
+rng = np.random.default_rng(7)
+a = rng.standard_normal((3, 1, 250)).astype(np.float32)
+b = rng.standard_normal((3, 15, 250)).astype(np.float32)
+prob = ort.InferenceSession("unet1d.onnx").run(None, {"a": a, "b": b})[0]
+np.save(sys.argv[1], prob)
+print("detections", int((prob > 0.5).sum()))
+"""
+
+
+def test_the_unet_stand_in_runs_to_the_end_under_aipc_in_fp32_with_the_cpus_answers(tmp_path):
+    """The 1-D conv U-Net pattern (Conv1d, Erf GELU, ConvTranspose, inputs [n,1,L] + [n,15,L]) at a
+    small size: fp32 simulation fails to finalize it whole (the fused GELU); the ladder splits it and
+    the unchanged app ends with the CPU's detections (benchmarks/calibrate_recovery.py: [3,·,7500])."""
+    from tests.test_loader_support import aipc, run
+
+    (tmp_path / "unet1d.onnx").write_bytes(rm.unet1d(length=250, chans=(8, 16)))
+    (tmp_path / "app.py").write_text(_UNET_APP)
+    cpu = run(["app.py", str(tmp_path / "cpu.npy")], cwd=tmp_path)
+    npu = aipc(["--backend", "qnn", "--precision", "fp32", "--cache-dir", str(tmp_path / "cache"), "app.py",
+                str(tmp_path / "npu.npy")], cwd=tmp_path)
+    assert cpu.returncode == 0 and npu.returncode == 0, npu.stderr[-3000:]
+    assert npu.stdout == cpu.stdout and "recovered by graph split" in npu.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "npu.npy"), np.load(tmp_path / "cpu.npy"), atol=1e-5)
+    assert "Traceback" not in npu.stderr
