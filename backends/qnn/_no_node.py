@@ -17,7 +17,7 @@ the same by default, and says so:
   and process naming the way to refuse (``backend_options={'strict': True}``, ``aipc --strict``).
 * :class:`NoNodeMemo` — the verdict is remembered in the compile cache (a meta-only entry next to
   the would-be compile), so later sessions do not try to compile again.
-* :func:`predicted_no_node` — a model none of whose op types the QNN EP has a builder for
+* :func:`~onnxwrapper.backends.qnn._op_support.predicted_no_node` — a model none of whose op types the QNN EP has a builder for
   (:data:`~onnxwrapper.backends.qnn._op_support.QNN_OP_TYPES`, or a custom domain such as
   ``ai.onnx.ml``'s ``TreeEnsembleClassifier`` + ``ZipMap``) is known to get no node without any
   compile: it becomes one :class:`QnnCpuSession` at once — dynamic shapes and all, not a session
@@ -34,13 +34,12 @@ import warnings
 from typing import Any, Mapping
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
-from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES
 from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.errors import ArtifactError, CompileFailedError, PartitionError
-from onnxwrapper.kernel import NodeAssignment, PartialOffloadWarning, PartitionReport, make_key, user_stacklevel
+from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, make_key, user_stacklevel
 
 __all__ = ["CPU_EP", "NoNodeMemo", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
-           "ort_provider_options", "predicted_no_node"]
+           "ort_provider_options"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 CPU_EP = "CPUExecutionProvider"
@@ -182,18 +181,3 @@ def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, sh
         memo.remember(exc.report)
         return None, exc.report
 
-
-def predicted_no_node(model, note: str = "") -> PartitionReport | None:
-    """The partition (every node on ORT's CPU EP, source ``"predicted"``) of a model whose every
-    node's op type has no QNN EP builder (or is in a custom domain), else ``None``. Sound: the QNN
-    EP cannot take a node without a builder, and the operator patches rewrite only op types it has
-    one for (``Mod``, ``Einsum``, ``MaxPool``)."""
-    nodes = [n for n in model.graph.node if not (n.op_type == "Constant" and not n.input)]
-    if not nodes or any(n.domain in ("", "ai.onnx") and n.op_type in QNN_OP_TYPES for n in nodes):
-        return None
-    assigned = tuple(NodeAssignment(n.name, n.op_type, n.domain, CPU_EP, 0,
-                                    f"custom domain '{n.domain}' has no QNN EP implementation"
-                                    if n.domain not in ("", "ai.onnx") else
-                                    f"Operators of type `{n.op_type}` are not supported by QNN EP.")
-                     for n in nodes)
-    return PartitionReport(EP_NAME, assigned, (CPU_EP,), "predicted", note)

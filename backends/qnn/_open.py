@@ -40,7 +40,8 @@ from onnxwrapper.backends.qnn._assignment import ASSIGNMENT_KEY, records_assignm
 from onnxwrapper.backends.qnn._compile import ort_session_class
 from onnxwrapper.backends.qnn._cache_hit import is_ort_format, is_raw_binary, model_label
 from onnxwrapper.backends.qnn._model_identity import is_epcontext_model, remember_facts
-from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy, predicted_no_node
+from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
+from onnxwrapper.backends.qnn._op_support import predicted_no_node
 from onnxwrapper.backends.qnn._batch_split import BatchSplitRunner
 from onnxwrapper.backends.qnn._context_budget import context_budget_mb
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
