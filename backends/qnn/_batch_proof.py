@@ -1,10 +1,10 @@
 """The proof behind rung 2 of the recovery ladder (a batch-N call run as several calls of a smaller
 compiled batch): which models keep their samples apart.
 
-A batch split is exact only when no op mixes samples along the batch dimension. :func:`batch_plan` proves that from
-the graph (a static, shape-inferred model): it follows the batch axis of every tensor from the
-inputs whose first dim is the batch size N (N > 1) through each node, by rules per op type, and
-refuses (returns the reason) at the first node it cannot prove per-sample. Among what it refuses:
+A batch split is exact only when no op mixes samples along the batch dimension. :func:`batch_plan`
+proves that from a static graph: it follows the batch axis of every tensor from the inputs whose
+first dim is the batch size N (N > 1) through each node, by rules per op type, and returns the
+reason at the first node it cannot prove per-sample. Among what it refuses:
 
 * ``BatchNormalization`` in training form (``training_mode=1``, or its running statistics asked
   for), any reduction, ``Softmax``/``TopK``/``CumSum``/``ArgMax`` over the batch axis, a
@@ -19,12 +19,11 @@ refuses (returns the reason) at the first node it cannot prove per-sample. Among
 * any op it has no rule for (control flow, custom domains, scatter, RNNs …) that reads a batched value.
 
 A proven graph is rebatched and run in chunks by :mod:`onnxwrapper.backends.qnn._batch_split`.
-Tests check the rules against onnxruntime on the CPU.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -125,21 +124,16 @@ def _broadcast(t: _Tracker, node, names: Sequence[str]) -> None:
         k = b - (rank - r)
         if k >= 0 and t.dim(name, k) != 1:
             _refuse(node, f"broadcasts '{name}', which has no batch axis but size {t.dim(name, k)} along it")
-    for o in node.output:
-        if o:
-            t.axis[o] = b
+    t.axis.update((o, b) for o in node.output if o)
 
 
 def _same_axis(t: _Tracker, node, b: int, data: str) -> None:
     """Per-sample op on ``data`` batched at axis 0; other inputs must not carry the batch."""
     if b != 0:
         _refuse(node, "needs the batch on axis 0")
-    for name in node.input[1:]:
-        if name in t.axis:
-            _refuse(node, f"reads a second batched input '{name}'")
-    for o in node.output:
-        if o:
-            t.axis[o] = 0
+    if any(name in t.axis for name in node.input[1:]):
+        _refuse(node, "reads a second batched input")
+    t.axis.update((o, 0) for o in node.output if o)
 
 
 def _reduced_axes(t: _Tracker, node) -> list[int] | None:
@@ -222,9 +216,7 @@ def _step(t: _Tracker, node) -> None:
         axis = _attr(node, "axis", -1) if op == "TopK" else t.const(node.input[1])
         if axis is None or int(np.asarray(axis).reshape(-1)[0]) % rank == b:
             _refuse(node, "works along the batch axis")
-        for o in node.output:
-            if o:
-                t.axis[o] = b
+        t.axis.update((o, b) for o in node.output if o)
         return
     if op in ("MatMul", "Gemm"):
         return _matmul(t, node)
@@ -360,9 +352,7 @@ def _along(t: _Tracker, node, b: int, rank: int) -> None:
             _refuse(node, f"spells the batch size {t.batch} in its constant shape")
         t.axis[node.output[0]] = q
         return
-    for o in node.output:
-        if o:
-            t.axis[o] = b
+    t.axis.update((o, b) for o in node.output if o)
 
 
 def _gather(t: _Tracker, node) -> None:
