@@ -260,22 +260,10 @@ def test_a_context_load_failing_for_memory_releases_others_and_retries_then_fail
 
 # -- a model the NPU can take no node of -----------------------------------------------------------
 def test_a_model_without_a_qnn_op_is_one_cpu_session_whatever_the_shapes(cache, caplog):
-    from onnx import TensorProto
-
     from onnxwrapper.backends.qnn._no_node import QnnCpuSession
+    from tests.models import tree_ensemble_dynamic
 
-    node = onnx.helper.make_node(
-        "TreeEnsembleClassifier", ["X"], ["label", "probs"], domain="ai.onnx.ml", classlabels_int64s=[0, 1],
-        nodes_featureids=[0, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_nodeids=[0, 1, 2],
-        nodes_treeids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0], nodes_truenodeids=[1, 0, 0],
-        nodes_falsenodeids=[2, 0, 0], class_ids=[1, 1], class_nodeids=[1, 2], class_treeids=[0, 0],
-        class_weights=[-1.0, 1.0], post_transform="LOGISTIC")
-    graph = onnx.helper.make_graph([node], "tree", [onnx.helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3])],
-                                   [onnx.helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
-                                    onnx.helper.make_tensor_value_info("probs", TensorProto.FLOAT, [None, 2])])
-    from tests.models import make_model
-
-    data = make_model(graph, extra_opsets=[onnx.helper.make_opsetid("ai.onnx.ml", 3)])
+    data = tree_ensemble_dynamic()
     with caplog.at_level(logging.INFO, logger="onnxwrapper"):
         with pytest.warns(PartialOffloadWarning, match="took none of the 1 node"):
             session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache})
