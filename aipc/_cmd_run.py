@@ -188,7 +188,7 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
                                  ("cache_dir", _env.ENV_CACHE_DIR, None),
                                  ("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
                                  ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer)):
-            value, source = pick(getattr(args, attr), var, parse)
+            value, source = pick(getattr(args, attr, None), var, parse)  # other commands lack some
             if value is None:
                 continue
             if attr == "cache_dir":
