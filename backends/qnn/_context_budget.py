@@ -6,8 +6,8 @@ simulator (onnxruntime-qnn 2.7.0, ``benchmarks/probe_context_memory.py``): conte
 kept loaded fail on the 47th (about 2.9 GiB loaded) with ``INVALID_GRAPH : Failed to load from
 EpContext model. contextCreateFromBinary failed … QNN_COMMON_ERROR_MEM_ALLOC``, raised from
 ``run()``; a released context gives its memory back (50 loads and releases of a 16 MiB context: the
-process's resident memory levels off after ~20, +94 MiB in all, allocator caching; 46 distinct 64 MiB
-contexts with 8 kept loaded: it levels off at ~1.38 GiB).
+process's resident memory grows by 6 MiB in all; 46 distinct 64 MiB contexts with 8 kept loaded:
+it levels off at ~1.38 GiB).
 
 So a session keeps loaded at most ``context_memory_mb`` MiB of context binaries (the size of their
 files, known before the run; backend option ``context_memory_mb``), besides ``max_specializations``
