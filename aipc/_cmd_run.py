@@ -35,7 +35,8 @@ __all__ = ["add_arguments", "main", "run_command", "run_help", "split_argv", "re
 EXIT_USAGE = 64          # sysexits EX_USAGE: bad options, bad environment values, bad backend/option
 EXIT_UNAVAILABLE = 69    # sysexits EX_UNAVAILABLE: the backend (or a subcommand) cannot run here
 
-_VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir", "--repairs"}
+_VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir", "--repairs", "--compile-timeout",
+                  "--compile-memory-mb"}
 
 
 class UsageError(Exception):
@@ -45,6 +46,24 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse would exit 2; our usage errors are 64
         raise UsageError(message)
+
+
+def _positive(option: str, integer: bool = False):
+    """argparse ``type=``: a positive number for ``option`` (an int when ``integer``)."""
+    def convert(text: str):
+        try:
+            value = _integer(option, text) if integer else _env.parse_positive(option, text)
+        except _env.EnvError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+        return value
+    return convert
+
+
+def _integer(name: str, text: str) -> int:
+    value = _env.parse_positive(name, text)
+    if value != int(value):
+        raise _env.EnvError(f"{name}={text!r} is not a whole number.")
+    return int(value)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"backend option 'strict': a node left on the CPU is an error [{_env.ENV_STRICT}]")
     group.add_argument("--cache-dir", metavar="DIR",
                        help=f"backend option 'cache_dir': compiled-artifact cache [{_env.ENV_CACHE_DIR}]")
+    group.add_argument("--compile-timeout", metavar="SECONDS", type=_positive("--compile-timeout"),
+                       help=f"backend option 'compile_timeout': wall time one compile may take before the "
+                            f"recovery ladder takes over [{_env.ENV_COMPILE_TIMEOUT}]")
+    group.add_argument("--compile-memory-mb", metavar="MIB", type=_positive("--compile-memory-mb", integer=True),
+                       help=f"backend option 'compile_memory_mb': memory one compile may use "
+                            f"[{_env.ENV_COMPILE_MEMORY_MB}]")
     group.add_argument("-v", "--verbose", action="count", default=None,
                        help=f"say what aipc does on stderr; -vv also shows onnxwrapper's debug log "
                             f"[{_env.ENV_VERBOSE}=0|1|2]")
@@ -160,8 +185,10 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
         settings = RunSettings(backend or _env.DEFAULT_BACKEND)
         for attr, var, parse in (("target", _env.ENV_TARGET, None), ("precision", _env.ENV_PRECISION, None),
                                  ("strict", _env.ENV_STRICT, _env.parse_bool),
-                                 ("cache_dir", _env.ENV_CACHE_DIR, None)):
-            value, source = pick(getattr(args, attr), var, parse)
+                                 ("cache_dir", _env.ENV_CACHE_DIR, None),
+                                 ("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
+                                 ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer)):
+            value, source = pick(getattr(args, attr, None), var, parse)  # other commands lack some
             if value is None:
                 continue
             if attr == "cache_dir":

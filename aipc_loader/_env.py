@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 __all__ = [
     "ENV_BACKEND", "ENV_TARGET", "ENV_PRECISION", "ENV_STRICT", "ENV_CACHE_DIR", "ENV_VERBOSE",
-    "ENV_REPORT_PARTITION", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
-    "EnvError", "ChildConfig", "parse_bool", "parse_verbosity", "encode_child_config",
+    "ENV_REPORT_PARTITION", "ENV_COMPILE_TIMEOUT", "ENV_COMPILE_MEMORY_MB", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
+    "EnvError", "ChildConfig", "parse_bool", "parse_positive", "parse_verbosity", "encode_child_config",
     "decode_child_config",
 ]
 
@@ -30,6 +30,8 @@ ENV_STRICT = "AIPC_STRICT"
 ENV_CACHE_DIR = "AIPC_CACHE_DIR"
 ENV_VERBOSE = "AIPC_VERBOSE"
 ENV_REPORT_PARTITION = "AIPC_REPORT_PARTITION"
+ENV_COMPILE_TIMEOUT = "AIPC_COMPILE_TIMEOUT"
+ENV_COMPILE_MEMORY_MB = "AIPC_COMPILE_MEMORY_MB"
 
 #: set by aipc for the processes it starts (JSON, see :class:`ChildConfig`); never set it by hand.
 ACTIVE_VARIABLE = "AIPC_ACTIVE"
@@ -44,13 +46,16 @@ USER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     (ENV_PRECISION, "--precision", "backend option 'precision' (e.g. fp16, fp32)"),
     (ENV_STRICT, "--strict", "1/0: backend option 'strict' (any CPU-partitioned node is an error)"),
     (ENV_CACHE_DIR, "--cache-dir", "backend option 'cache_dir' (compiled-artifact cache)"),
+    (ENV_COMPILE_TIMEOUT, "--compile-timeout", "backend option 'compile_timeout' (seconds one compile may take)"),
+    (ENV_COMPILE_MEMORY_MB, "--compile-memory-mb", "backend option 'compile_memory_mb' (MiB one compile may use)"),
     (ENV_VERBOSE, "-v", "0, 1, 2: verbosity of aipc's own stderr messages"),
     (ENV_REPORT_PARTITION, "--report-partition", "1/0: print each session's partition summary at exit"),
 )
 
 #: command-line/env settings that become backend options: attribute name -> backend option key.
 OPTION_KEYS: Mapping[str, str] = {"target": "target", "precision": "precision", "strict": "strict",
-                                  "cache_dir": "cache_dir"}
+                                  "cache_dir": "cache_dir", "compile_timeout": "compile_timeout",
+                                  "compile_memory_mb": "compile_memory_mb"}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -72,6 +77,21 @@ def parse_bool(name: str, value: str) -> bool:
     if text in _FALSE:
         return False
     raise EnvError(f"{name}={value!r} is not a boolean; use 1 or 0.")
+
+
+def parse_positive(name: str, value: str) -> float | int:
+    """Parse a positive number (``"300"`` → 300, ``"2.5"`` → 2.5).
+
+    Raises:
+        EnvError: not a positive number.
+    """
+    try:
+        number = float(value.strip())
+    except ValueError:
+        number = 0.0
+    if not number > 0 or number != number or number == float("inf"):
+        raise EnvError(f"{name}={value!r} is not a positive number.")
+    return int(number) if number == int(number) else number
 
 
 def parse_verbosity(name: str, value: str) -> int:

@@ -41,6 +41,9 @@ from onnxwrapper.errors import BackendOptionError as BackendOptionError
 from onnxwrapper.errors import BackendRunError as BackendRunError
 from onnxwrapper.errors import BackendUnavailableError as BackendUnavailableError
 from onnxwrapper.errors import BackendValidationError as BackendValidationError
+from onnxwrapper.errors import CompileBudgetError as CompileBudgetError
+from onnxwrapper.errors import CompileFailedError as CompileFailedError
+from onnxwrapper.errors import ContextLoadError as ContextLoadError
 from onnxwrapper.errors import OnnxwrapperError as OnnxwrapperError
 from onnxwrapper.errors import PartitionError as PartitionError
 from onnxwrapper.errors import RemoteJobError as RemoteJobError
@@ -75,6 +78,9 @@ _OWN = [
     "BackendValidationError",
     "BackendCapabilityError",
     "BackendCompileError",
+    "CompileFailedError",
+    "CompileBudgetError",
+    "ContextLoadError",
     "BackendConfigConflictError",
     "BackendRunError",
     "PartitionError",

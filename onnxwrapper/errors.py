@@ -17,9 +17,13 @@ Hierarchy::
     │   │   ├── BackendValidationError        a plugin does not satisfy the backend protocol
     │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
     │   │   ├── BackendCompileError           (also RuntimeError) the backend's compiler process died
+    │   │   │   └── CompileFailedError        (also onnxruntime EPFail) the compiler refused the graph
+    │   │   │       │                         (.error_name, .error_code, .rung, .largest)
+    │   │   │       └── CompileBudgetError    the compile ran past its wall-time or memory budget
     │   │   ├── BackendConfigConflictError    (also RuntimeError) process-global config clash
     │   │   ├── BackendRunError               (also onnxruntime EPFail) the native runtime failed
-    │   │   │   └── RemoteJobError            a remote service's job or request failed (.job_url)
+    │   │   │   ├── RemoteJobError            a remote service's job or request failed (.job_url)
+    │   │   │   └── ContextLoadError          a compiled context could not be loaded (.error_name)
     │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   ├── ArtifactError                     .path: compiled artifact or cache entry problems
@@ -45,6 +49,9 @@ __all__ = [
     "BackendRunError",
     "BackendUnavailableError",
     "BackendValidationError",
+    "CompileBudgetError",
+    "CompileFailedError",
+    "ContextLoadError",
     "InternalError",
     "OnnxwrapperError",
     "PartitionError",
@@ -134,6 +141,48 @@ class BackendCompileError(BackendError, RuntimeError):
         self.stderr = stderr
 
 
+class CompileFailedError(BackendCompileError, _OrtEPFail):
+    """The backend's compiler refused or failed the graph (QNN: ``Failed to finalize QNN graph``),
+    also after the recovery the backend tried; raised instead of onnxruntime's raw ``EPFail`` (and
+    also an ``EPFail``, so ``except EPFail`` keeps working).
+
+    Attributes (besides :class:`BackendCompileError`'s):
+        error_name: the native error's name, e.g. ``"QNN_COMMON_ERROR_MEM_ALLOC"``, or ``None``.
+        error_code: its numeric code (``1002``), or ``None``.
+        rung: the last recovery step tried (``"as given"``, ``"options"``, ``"batch split"``,
+            ``"graph split"``, ``"cpu"``), or ``None`` when none was tried.
+        largest: the largest tensor or op of the failing graph, as text (``"conv3: float32
+            [3, 64, 7500] (5.5 MiB)"``), or ``None``.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, model: str | None = None, shapes=None,
+                 error_name: str | None = None, error_code: int | None = None, rung: str | None = None,
+                 largest: str | None = None, stderr: str = "") -> None:
+        super().__init__(message, backend=backend, model=model, shapes=shapes, stderr=stderr)
+        self.error_name = error_name
+        self.error_code = error_code
+        self.rung = rung
+        self.largest = largest
+
+
+class CompileBudgetError(CompileFailedError):
+    """A compile ran past its budget (wall time or memory) and was stopped; the worker process that
+    ran it was ended, the user's process is unaffected and nothing was cached.
+
+    Attributes (besides :class:`CompileFailedError`'s):
+        seconds: wall time spent before it was stopped. peak_mb: the compiler process's largest
+            resident memory seen (MiB), or ``None`` where it cannot be read.
+        budget: ``"time"`` or ``"memory"`` (which limit was reached).
+    """
+
+    def __init__(self, message: str, *, seconds: float = 0.0, peak_mb: float | None = None, budget: str = "time",
+                 **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.seconds = seconds
+        self.peak_mb = peak_mb
+        self.budget = budget
+
+
 class BackendConfigConflictError(BackendError, RuntimeError):
     """A backend whose configuration is process-global was asked for a second, different one.
 
@@ -177,6 +226,23 @@ class RemoteJobError(BackendRunError):
         self.job_url = job_url
         self.job_kind = job_kind
         self.status_message = status_message
+
+
+class ContextLoadError(BackendRunError):
+    """A compiled context (a QNN context binary) could not be loaded, also after releasing other
+    loaded contexts to make room; raised instead of onnxruntime's raw ``InvalidGraph``/``EPFail``.
+
+    Attributes:
+        error_name: the native error's name (``"QNN_COMMON_ERROR_MEM_ALLOC"``), or ``None``.
+        error_code: its numeric code, or ``None``. live_mb: memory of the contexts still loaded (MiB).
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, error_name: str | None = None,
+                 error_code: int | None = None, live_mb: float = 0.0) -> None:
+        super().__init__(message, backend=backend)
+        self.error_name = error_name
+        self.error_code = error_code
+        self.live_mb = live_mb
 
 
 class SessionClosedError(BackendError, _OrtFail):

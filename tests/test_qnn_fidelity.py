@@ -217,17 +217,7 @@ def test_models_qnn_takes_no_node_of_run_on_cpu(qrt, tmp_path, kind):
         data, feed = models.make_model(graph), {"A": np.ones(2, np.float32), "B": np.ones(2, np.float32)}
         expected = [np.array(2, np.int64)]
     else:
-        node = onnx.helper.make_node(
-            "TreeEnsembleClassifier", ["X"], ["label", "probs"], domain="ai.onnx.ml", classlabels_int64s=[0, 1],
-            nodes_featureids=[0, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_nodeids=[0, 1, 2],
-            nodes_treeids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0], nodes_truenodeids=[1, 0, 0],
-            nodes_falsenodeids=[2, 0, 0], class_ids=[1, 1], class_nodeids=[1, 2], class_treeids=[0, 0],
-            class_weights=[-1.0, 1.0], post_transform="LOGISTIC")
-        graph = onnx.helper.make_graph([node], "tree", [onnx.helper.make_tensor_value_info("X", TensorProto.FLOAT,
-                                                                                           [None, 3])],
-                                       [onnx.helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
-                                        onnx.helper.make_tensor_value_info("probs", TensorProto.FLOAT, [None, 2])])
-        data = models.make_model(graph, extra_opsets=[onnx.helper.make_opsetid("ai.onnx.ml", 3)])
+        data = models.tree_ensemble_dynamic()
         feed = {"X": np.array([[0.2, 0, 0], [0.9, 0, 0]], np.float32)}
         expected = None
     with _offload_quiet():

@@ -32,6 +32,7 @@ import os
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
+from onnxwrapper.backends.qnn._compile_errors import context_load_error
 from onnxwrapper.backends.qnn._overridable import overridable_initializers, restore_overridable_initializers
 from onnxwrapper.backends.qnn._provenance import stamp
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, ensure_registered, native_stdout_guard,
@@ -97,12 +98,15 @@ def ep_creation_error(exc: Exception) -> BackendUnavailableError | None:
 def qnn_creation_guard() -> Iterator[None]:
     """Around ORT's constructor of a QNN session: :func:`native_stdout_guard`, and ORT's
     "Error creating execution provider" mapped to :class:`~onnxwrapper.errors.BackendUnavailableError`
-    (see :func:`ep_creation_error`), chained to ORT's error."""
+    (see :func:`ep_creation_error`), a QNN context that cannot be loaded to
+    :class:`~onnxwrapper.errors.ContextLoadError`, chained to ORT's error."""
     with native_stdout_guard():
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - ORT raises RuntimeError or its Fail here; others re-raised
             mapped = ep_creation_error(exc)
+            if mapped is None and "Failed to load from EpContext" in str(exc):
+                mapped = context_load_error(exc, "the model", 0.0)
             if mapped is None:
                 raise
             raise mapped from exc

@@ -17,6 +17,7 @@ fails in fp32 (each alone)                     where seen
 depthwise ``Conv`` with stride (2, 1) + bias   OCR direction classifier
 ``Pad`` (reflect) → ``Conv`` (long 1-D kernel)  STFT front ends (silero-vad)
 ``ReduceSum`` → ``Mul`` (decomposed LayerNorm)  byte CNN (magika)
+``Erf`` GELU (fused by the QNN EP)               a 1-D conv U-Net (generated stand-in)
 a tensor row > 2²⁰ float elements              any (4 MiB VTCM budget)
 ============================================  =========================================================
 
@@ -25,18 +26,30 @@ dilated 1-D), ConvTranspose, Sigmoid, Tanh, Softmax, LayerNormalization, Transpo
 Concat, Slice, Erf, Div, Sqrt, Pow, Clip, pooling, BatchNormalization, Resize, Expand, Neg,
 HardSwish, Exp, LeakyRelu, PRelu.
 
-:func:`compile_failure` maps that failure of an fp32 compile to
-:class:`~onnxwrapper.errors.BackendCapabilityError` naming the model's ops from the table and what
-to do instead (``precision='fp16'``, or ``backend='cpu'`` as the fp32 reference).
+:func:`compile_hint` adds to the typed error of such an fp32 compile the model's ops from the table
+and what to do instead (``precision='fp16'``, or ``backend='cpu'`` as the fp32 reference); the
+recovery ladder first tries to compile the graph in parts and run what fails on the CPU.
+
+Every other compile failure of the QNN EP is also typed (:func:`qnn_error`, :func:`typed_failure`):
+ORT raises ``EPFail`` with QNN's error name and code in the message (``… Failed to finalize QNN
+graph. Error: QNN_COMMON_ERROR_MEM_ALLOC: Memory allocation related error., Code: 1002``); the user
+gets :class:`~onnxwrapper.errors.CompileFailedError` (also an ``EPFail``) with ``error_name`` and
+``error_code``. :func:`recoverable` says which failures the recovery ladder
+(:mod:`onnxwrapper.backends.qnn._recovery`) may work around: QNN's own graph failures, a compile
+past its budget, and a compiler that died of ``std::bad_alloc`` (measured: a 2×2³⁰ broadcast
+feed). Other deaths of the compiler (a signal without ``bad_alloc``) are raised as they are.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
-from onnxwrapper.errors import BackendCapabilityError
+from onnxwrapper.errors import BackendCompileError, CompileBudgetError, CompileFailedError, ContextLoadError
 
-__all__ = ["FP32_UNSUPPORTED_OPS", "UNWRITABLE_MARKERS", "fp32_suspects", "compile_failure", "epcontext_unwritable"]
+__all__ = ["FP32_UNSUPPORTED_OPS", "UNWRITABLE_MARKERS", "fp32_suspects", "compile_hint", "epcontext_unwritable",
+           "qnn_error", "recoverable", "typed_failure", "budget_error", "context_memory_failure",
+           "context_load_error"]
 
 #: op types the simulator's fp32 mode cannot finalize (measured; see the module docstring)
 FP32_UNSUPPORTED_OPS = ("Gather", "LSTM", "GRU", "HardSigmoid")
@@ -55,6 +68,8 @@ def fp32_suspects(model) -> list[str]:
     for node in model.graph.node:
         if node.op_type in FP32_UNSUPPORTED_OPS:
             found[node.op_type] += 1
+        elif node.op_type == "Erf":
+            found["Erf (GELU)"] += 1
         elif node.op_type == "Conv":
             group = next((a.i for a in node.attribute if a.name == "group"), 1)
             strides = _attr_ints(node, "strides")
@@ -80,21 +95,107 @@ def epcontext_unwritable(exc: BaseException) -> bool:
     return any(text in str(exc) for text in UNWRITABLE_MARKERS)
 
 
-def compile_failure(exc: BaseException, settings, proto, label: str) -> BaseException | None:
-    """The typed error to raise instead of ``exc`` (a failed compile of ``proto``), or ``None`` to keep it.
-
-    Only an fp32 compile that fails with ``QNN_COMMON_ERROR_MEM_ALLOC`` is mapped (chain the new
-    error to ``exc``).
-    """
-    if getattr(settings, "precision", None) != "fp32" or _MEM_ALLOC not in str(exc):
-        return None
+def compile_hint(settings, proto) -> str:
+    """What to say about a failed compile of ``proto`` besides QNN's error: for ``precision="fp32"``
+    the ops of the model the simulator's fp32 mode is known not to finalize, and what to do instead;
+    ``""`` otherwise."""
+    if getattr(settings, "precision", None) != "fp32":
+        return ""
     suspects = fp32_suspects(proto)
     have = (f"This model has {', '.join(suspects)}." if suspects else
             "None of the ops known to fail are in this model's main graph, so it is probably a tensor whose "
             "innermost dimension exceeds the 4 MiB VTCM budget (2^20 float32 elements).")
-    return BackendCapabilityError(
-        f"The QNN HTP simulator's fp32 mode cannot finalize the graph of {label or 'the model'} "
-        f"(QNN_COMMON_ERROR_MEM_ALLOC 1002): it has no fp32 kernels for some ops (measured: Gather, LSTM, GRU, "
-        f"HardSigmoid, depthwise Conv with stride (2, 1), Pad → long 1-D Conv, a decomposed LayerNorm's "
-        f"ReduceSum → Mul). {have} Use precision='fp16' (the device's numerics), or backend='cpu' as the fp32 "
-        f"reference.", backend="qnn")
+    return (f"The QNN HTP simulator's fp32 mode cannot finalize some graphs: it has no fp32 kernels for some ops "
+            f"(measured: Gather, LSTM, GRU, HardSigmoid, depthwise Conv with stride (2, 1), Pad → long 1-D Conv, a "
+            f"decomposed LayerNorm's ReduceSum → Mul, an Erf GELU). {have} Use precision='fp16' (the device's "
+            f"numerics), or backend='cpu' as the fp32 reference.")
+
+
+_QNN_NAME = re.compile(r"\b(QNN_[A-Z0-9_]+)")
+_QNN_CODE = re.compile(r"Code:\s*(\d+)")
+#: texts of the QNN EP's graph failures while compiling (onnxruntime-qnn 2.7.0 qnn_model.cc / qnn_backend_manager.cc)
+_GRAPH_FAILURES = ("Failed to finalize QNN graph", "Failed to compose", "Failed to add node", "Failed to create QNN graph",
+                   "QNN_GRAPH_ERROR", "QNN_COMMON_ERROR")
+
+
+def qnn_error(exc: BaseException | str) -> tuple[str | None, int | None]:
+    """``(QNN error name, code)`` found in an ORT error message, e.g.
+    ``("QNN_COMMON_ERROR_MEM_ALLOC", 1002)``; ``(None, None)`` when it names none."""
+    text = str(exc)
+    name = _QNN_NAME.search(text)
+    code = _QNN_CODE.search(text)
+    return (name.group(1) if name else None), (int(code.group(1)) if code else None)
+
+
+def recoverable(exc: BaseException) -> bool:
+    """True for a compile failure the recovery ladder may work around (see the module docstring):
+    a typed :class:`~onnxwrapper.errors.CompileFailedError` (budget included), ORT's ``EPFail``
+    naming a QNN graph failure, or a compiler that died of ``std::bad_alloc``."""
+    if isinstance(exc, CompileFailedError):
+        return True
+    if isinstance(exc, BackendCompileError):
+        return "bad_alloc" in (exc.stderr or "")
+    return type(exc).__name__ == "EPFail" and any(text in str(exc) for text in _GRAPH_FAILURES)
+
+
+def typed_failure(exc: BaseException, *, label: str, shapes=None, rung: str | None = None,
+                  largest: str | None = None, hint: str = "") -> CompileFailedError:
+    """The :class:`~onnxwrapper.errors.CompileFailedError` for compile failure ``exc`` of ``label``
+    (``exc`` itself when it is one already, with ``rung``/``largest`` filled in). Chain it to ``exc``."""
+    if isinstance(exc, CompileFailedError):
+        exc.rung = rung or exc.rung
+        exc.largest = largest or exc.largest
+        extra = (f" Largest tensor: {largest}." if largest else "") + (f" {hint}" if hint else "")
+        if extra and extra.strip() not in str(exc):
+            exc.args = (str(exc) + extra,)
+        return exc
+    name, code = qnn_error(exc)
+    if isinstance(exc, BackendCompileError):
+        name = name or "std::bad_alloc"
+    what = f"{name} {code}" if name and code is not None else (name or type(exc).__name__)
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    where = f"{label}" + (f" [{', '.join(f'{k}={tuple(v)}' for k, v in shapes.items())}]" if shapes else "")
+    return CompileFailedError(
+        f"The QNN HTP compiler could not compile {where} ({what}): {first}"
+        + (f" Largest tensor: {largest}." if largest else "")
+        + (f" {hint}" if hint else " Try smaller input shapes, another precision or target, or backend='cpu'."),
+        backend="qnn", model=label, shapes=dict(shapes) if shapes else None, error_name=name, error_code=code,
+        rung=rung, largest=largest, stderr=getattr(exc, "stderr", ""))
+
+
+def budget_error(label: str, shapes, *, seconds: float, peak_mb, which: str, limit: float,
+                 stderr: str = "") -> CompileBudgetError:
+    """The :class:`~onnxwrapper.errors.CompileBudgetError` of a compile of ``label`` stopped after
+    ``seconds`` (``which``: ``"time"`` or ``"memory"``, ``limit`` in s or MiB)."""
+    where = f"{label}" + (f" [{', '.join(f'{k}={tuple(v)}' for k, v in shapes.items())}]" if shapes else "")
+    unit = "s" if which == "time" else "MiB"
+    option = "compile_timeout" if which == "time" else "compile_memory_mb"
+    peak = f", {peak_mb:.0f} MiB resident" if peak_mb else ""
+    return CompileBudgetError(
+        f"Compiling {where} for the QNN HTP went past its {which} budget ({limit:g} {unit}; stopped after "
+        f"{seconds:.1f} s{peak}). The compiler process was ended; your process is unaffected and nothing was "
+        f"cached. Raise the backend option {option} (aipc --{option.replace('_', '-')}), or feed smaller shapes.",
+        backend="qnn", model=label, shapes=dict(shapes) if shapes else None, seconds=seconds, peak_mb=peak_mb,
+        budget=which, error_name=f"budget:{which}", stderr=stderr)
+
+
+def context_memory_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is ORT failing to load a QNN context for memory (measured on the simulator
+    with ~2.9 GiB of contexts loaded: ``INVALID_GRAPH : Failed to load from EpContext model.
+    contextCreateFromBinary failed. Error: QNN_COMMON_ERROR_MEM_ALLOC``)."""
+    if isinstance(exc, ContextLoadError):
+        return "MEM_ALLOC" in (exc.error_name or "")
+    text = str(exc)
+    return "MEM_ALLOC" in text and ("contextCreateFromBinary" in text or "EpContext" in text)
+
+
+def context_load_error(exc: BaseException, label: str, live_mb: float) -> ContextLoadError:
+    """The :class:`~onnxwrapper.errors.ContextLoadError` for ORT's failure ``exc`` to load a context of
+    ``label`` while ``live_mb`` MiB of contexts stay loaded. Chain it to ``exc``."""
+    name, code = qnn_error(exc)
+    return ContextLoadError(
+        f"[ONNXRuntimeError] : 11 : EP_FAIL : The QNN HTP could not load the compiled context of {label} "
+        f"({name or type(exc).__name__}{f' {code}' if code is not None else ''}), also after releasing the other "
+        f"loaded contexts of the session ({live_mb:.0f} MiB stay loaded by other sessions or are not released). "
+        f"Lower the backend option context_memory_mb, close other sessions, or use smaller shapes.",
+        backend="qnn", error_name=name, error_code=code, live_mb=live_mb)

@@ -17,6 +17,12 @@ the same by default, and says so:
   and process naming the way to refuse (``backend_options={'strict': True}``, ``aipc --strict``).
 * :class:`NoNodeMemo` — the verdict is remembered in the compile cache (a meta-only entry next to
   the would-be compile), so later sessions do not try to compile again.
+* :func:`~onnxwrapper.backends.qnn._op_support.predicted_no_node` — a model none of whose op types the QNN EP has a builder for
+  (:data:`~onnxwrapper.backends.qnn._op_support.QNN_OP_TYPES`, or a custom domain such as
+  ``ai.onnx.ml``'s ``TreeEnsembleClassifier`` + ``ZipMap``) is known to get no node without any
+  compile: it becomes one :class:`QnnCpuSession` at once — dynamic shapes and all, not a session
+  per input shape (which cost a tree-ensemble app 62.6 s instead of 8.4 s: a compile attempt, a
+  cache memo and a "compiling … for the QNN HTP" log line per shape).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any, Mapping
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
 from onnxwrapper.backends.qnn._runtime import EP_NAME
-from onnxwrapper.errors import ArtifactError, PartitionError
+from onnxwrapper.errors import ArtifactError, CompileFailedError, PartitionError
 from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, make_key, user_stacklevel
 
 __all__ = ["CPU_EP", "NoNodeMemo", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
@@ -65,13 +71,20 @@ def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_ke
         PartitionError: ``strict`` (``.report`` is the partition, ``.cpu_nodes`` every node).
     """
     total = len(report.nodes)
+    if strict and report.recovery:  # every rung failed (remembered in the cache): the compile failure, typed
+        first = report.recovery[0]
+        raise CompileFailedError(
+            f"strict=True but the QNN HTP could compile no part of {label} ({first.get('error')}; every step of the "
+            f"recovery failed and is recorded in the compile cache: {report.recovery_summary()}).", backend="qnn",
+            model=label, error_name=first.get("error"), rung=report.recovery[-1].get("rung"))
     if strict:
         raise PartitionError(
             f"strict=True but the QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}): "
             f"{report.summary()}. Without strict=True the session runs on ORT's CPU execution provider, as "
             f"onnxruntime with the QNN EP does.", backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
-    message = (f"The QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}); it runs on "
-               f"ORT's CPU execution provider, as onnxruntime with the QNN EP does. "
+    why = f" ({report.recovery_summary()})" if report.recovery else ""
+    message = (f"The QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}){why}; it runs "
+               f"on ORT's CPU execution provider, as onnxruntime with the QNN EP does. "
                f"backend_options={{'strict': True}} (aipc --strict) refuses such sessions.")
     _log.info("onnxwrapper qnn: %s", message)
     with _warned_lock:
@@ -167,3 +180,4 @@ def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, sh
             raise
         memo.remember(exc.report)
         return None, exc.report
+

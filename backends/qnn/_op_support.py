@@ -13,7 +13,12 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-__all__ = ["QNN_OP_TYPES", "qnn_rejection_reason"]
+from onnxwrapper.backends.qnn._runtime import EP_NAME
+from onnxwrapper.kernel import NodeAssignment, PartitionReport
+
+__all__ = ["QNN_OP_TYPES", "predicted_no_node", "qnn_rejection_reason"]
+
+_CPU_EP = "CPUExecutionProvider"
 
 #: op types with a QNN EP op builder (ORT's op_builder_factory.cc, stored version of ORT main).
 QNN_OP_TYPES = frozenset("""
@@ -75,3 +80,19 @@ def qnn_rejection_reason(node: onnx.NodeProto, model: onnx.ModelProto, dynamic: 
         if len(node.input) != 2 or not _einsum_native(eq):
             return f"Einsum unsupported equation: {eq}"
     return None
+
+
+def predicted_no_node(model, note: str = "") -> PartitionReport | None:
+    """The partition (every node on ORT's CPU EP, source ``"predicted"``) of a model whose every
+    node's op type has no QNN EP builder (or is in a custom domain), else ``None``. Sound: the QNN
+    EP cannot take a node without a builder, and the operator patches rewrite only op types it has
+    one for (``Mod``, ``Einsum``, ``MaxPool``)."""
+    nodes = [n for n in model.graph.node if not (n.op_type == "Constant" and not n.input)]
+    if not nodes or any(n.domain in ("", "ai.onnx") and n.op_type in QNN_OP_TYPES for n in nodes):
+        return None
+    assigned = tuple(NodeAssignment(n.name, n.op_type, n.domain, _CPU_EP, 0,
+                                    f"custom domain '{n.domain}' has no QNN EP implementation"
+                                    if n.domain not in ("", "ai.onnx") else
+                                    f"Operators of type `{n.op_type}` are not supported by QNN EP.")
+                     for n in nodes)
+    return PartitionReport(EP_NAME, assigned, (_CPU_EP,), "predicted", note)

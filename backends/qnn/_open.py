@@ -41,7 +41,11 @@ from onnxwrapper.backends.qnn._compile import ort_session_class
 from onnxwrapper.backends.qnn._cache_hit import is_ort_format, is_raw_binary, model_label
 from onnxwrapper.backends.qnn._model_identity import is_epcontext_model, remember_facts
 from onnxwrapper.backends.qnn._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
+from onnxwrapper.backends.qnn._op_support import predicted_no_node
+from onnxwrapper.backends.qnn._batch_split import BatchSplitRunner
+from onnxwrapper.backends.qnn._context_budget import context_budget_mb
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
+from onnxwrapper.backends.qnn._recovery import RecoveringCompile, batch_split_of
 from onnxwrapper.backends.qnn._repair import prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn._runtime import copy_session_options
 from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, check_partition, nonfinite_check
@@ -127,7 +131,7 @@ def open_session(config: dict[str, Any], request, availability):
     model_hash = model_key(source, user_so)
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
     store = CacheStore(setup, proto, model_hash)
-    compile_epcontext = EpContextFromOnnx(store)
+    compile_epcontext = RecoveringCompile(EpContextFromOnnx(store), store)  # the recovery ladder
     model_input = source.path if source.path is not None else source.read_bytes()
     compile_input = model_input
     if repair is not None:
@@ -145,6 +149,11 @@ def open_session(config: dict[str, Any], request, availability):
         refuse_for_artifact(config, "this EPContext model")
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
         return static_session(setup, model_input, load_configs, None, info, warn_key)
+    no_node = predicted_no_node(fixed, label) if repair is None else None
+    if no_node is not None:  # nothing for the NPU: ORT's own CPU session, dynamic shapes and all, no compile
+        no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
+        return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
+                             ep_options=settings.ep_options)
     if not dynamic and not control:
         start = time.perf_counter()
         artifact = resolve_precompiled(source, settings) if neighbours else None
@@ -179,8 +188,15 @@ def open_session(config: dict[str, Any], request, availability):
             return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
                                  ep_options=settings.ep_options)
         check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key)
-        return static_session(setup, compiled.ctx_path, strict_configs, compiled.report,
-                              artifact_info(compiled, None), warn_key, model_meta=modelmeta_from_onnx(proto))
+        split = batch_split_of(compiled)
+        if split is None:
+            return static_session(setup, compiled.ctx_path, strict_configs, compiled.report,
+                                  artifact_info(compiled, None), warn_key, model_meta=modelmeta_from_onnx(proto))
+
+        def build_split(_signature, _feed=None):  # run in chunks of the smaller batch the ladder compiled
+            session = SpecializationBuilder.load(setup, compiled.ctx_path, strict_configs)
+            return BatchSplitRunner(session, *split), compiled.report, artifact_info(compiled, None)
+        return _dynamic_session(setup, request, model_input, user_so, own_configs, build_split, [], [], warn_key)
     _refuse_graph_option(settings, "this model has dynamic input shapes or control inputs (compiled per feed)")
     cpu_runner: list = []
 
@@ -194,13 +210,24 @@ def open_session(config: dict[str, Any], request, availability):
                                   strict_configs=strict_configs, warn_key=warn_key, neighbours=neighbours,
                                   on_cpu=on_cpu, patches=None if repair is not None else settings.patches)
 
+    return _dynamic_session(setup, request, model_input, user_so, own_configs, build, list(dynamic), control,
+                            warn_key)
+
+
+def _dynamic_session(setup: QnnSetup, request, model_input, user_so, own_configs, build, dynamic, control,
+                     warn_key: str) -> QnnDynamicSession:
+    """The session of a model compiled per feed (dynamic dims, control inputs) or run in chunks of a
+    smaller batch (a batch split of the recovery ladder): a never-run metadata session of the model,
+    runs routed to what ``build`` gives for the feed's signature."""
+    settings, label = setup.settings, setup.label
     meta_so, _entries = copy_session_options(user_so)
     user_facing_options(meta_so, user_so)
     if not meta_so.optimized_model_filepath:  # never run: no optimization needed (else ORT writes the model)
         meta_so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
     if own_configs:
         meta_so.add_session_config_entry(ASSIGNMENT_KEY, "1")
-    return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=build, dynamic_names=list(dynamic),
+    return QnnDynamicSession(model_input, meta_so, setup.kwargs, build=build, dynamic_names=dynamic,
                              ep_options=settings.ep_options, max_specializations=settings.max_specializations,
                              strict=settings.strict, label=label, warn_key=warn_key, user_so=user_so,
-                             control_names=control, nonfinite_check=nonfinite_check(settings, label))
+                             control_names=control, nonfinite_check=nonfinite_check(settings, label),
+                             context_memory_mb=context_budget_mb(settings))

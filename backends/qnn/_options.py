@@ -12,6 +12,7 @@ from typing import Any
 
 from onnxwrapper.backends._artifact_files import companion_option
 from onnxwrapper.backends.base import OptionSpec
+from onnxwrapper.backends.qnn._budget import DEFAULT_COMPILE_TIMEOUT_S, convert_seconds
 from onnxwrapper.backends.qnn._feed_limits import DEFAULT_MAX_FEED_MB
 from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
@@ -91,6 +92,15 @@ _DOCS = {
     "max_feed_mb": f"Largest feed (MiB, logical size: broadcast views count in full) a shape is compiled for; larger "
                    f"feeds raise BackendCapabilityError at once instead of exhausting the QNN compiler. Default "
                    f"{DEFAULT_MAX_FEED_MB}.",
+    "compile_timeout": f"Wall-time budget of one QNN compile (seconds, default {DEFAULT_COMPILE_TIMEOUT_S:g}): a compile "
+                       f"past it is stopped and the recovery ladder takes over (options, batch split, graph split, "
+                       f"CPU); past 10 s a compile logs progress (aipc --compile-timeout).",
+    "compile_memory_mb": "Memory budget of one QNN compile (MiB of the compiler process; default half the physical "
+                         "memory): past it the compile is stopped and the recovery ladder takes over "
+                         "(aipc --compile-memory-mb).",
+    "context_memory_mb": "MiB of compiled QNN contexts a session keeps loaded (its live shape specializations; "
+                         "least recently used ones are released first). Default per target, see "
+                         "docs/backends/qnn.md (2048 on the simulator).",
 }
 
 OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, default, convert in (
@@ -109,4 +119,7 @@ OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defau
     ("onnx", None, _convert_companion),
     ("repairs", None, _convert_repairs),
     ("max_feed_mb", DEFAULT_MAX_FEED_MB, convert_positive_int),
+    ("compile_timeout", DEFAULT_COMPILE_TIMEOUT_S, convert_seconds),
+    ("compile_memory_mb", None, convert_positive_int),
+    ("context_memory_mb", None, convert_positive_int),
 )}

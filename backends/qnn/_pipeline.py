@@ -26,14 +26,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from onnxwrapper.backends.qnn._budget import default_compile_memory_mb
 from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, metadata_model
-from onnxwrapper.backends.qnn._compile_errors import compile_failure
+from onnxwrapper.backends.qnn._compile_errors import compile_hint, recoverable, typed_failure
 from onnxwrapper.backends.qnn._model_identity import model_key
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
 from onnxwrapper.backends.qnn._provenance import make_record
 from onnxwrapper.backends.qnn._runtime import copy_session_options, qnn_versions, session_options_state
 from onnxwrapper.backends.qnn._settings import QnnSetup
 from onnxwrapper.backends.qnn._workers import CompileRequest, default_pool
+from onnxwrapper.errors import CompileFailedError
 from onnxwrapper.kernel import ArtifactCache, PartitionReport, __version__
 
 __all__ = ["CacheStore", "Compiled", "EpContextFromOnnx", "FolderStore", "compile_request", "model_key",
@@ -64,7 +66,7 @@ class Compiled:
 
 def compile_request(setup: QnnSetup, proto, model_input, out_dir: str, *, record: Mapping[str, Any] | None,
                     shapes=None, note: str = "", ctx_name: str = "model_ctx.onnx",
-                    kind: str = "epcontext") -> CompileRequest:
+                    kind: str = "epcontext", rung: str = "") -> CompileRequest:
     """The :class:`CompileRequest` of one compile of ``model_input`` (path, bytes, or a zero-argument
     callable returning bytes) into ``out_dir``.
 
@@ -72,13 +74,16 @@ def compile_request(setup: QnnSetup, proto, model_input, out_dir: str, *, record
         setup: the session's :class:`QnnSetup`. proto: the original model (metadata source).
         record: the provenance record to stamp (:func:`~onnxwrapper.backends.qnn._provenance.make_record`).
         shapes: the specialization shapes (for error messages). kind: ``"epcontext"`` or ``"dlc"``.
+        rung: the recovery rung of this compile (progress lines). The budget is the settings'
+            ``compile_timeout`` / ``compile_memory_mb`` (default: half the physical memory).
     """
     data = model_input() if callable(model_input) else model_input
     settings = setup.settings
     return CompileRequest(data, out_dir, dict(settings.ep_options), session_options_state(setup.user_so),
                           metadata_model(proto).SerializeToString(), setup.source.directory, ctx_name,
                           dict(setup.kwargs), note, setup.label, dict(shapes) if shapes else None,
-                          dict(record) if record else None, kind)
+                          dict(record) if record else None, kind, settings.compile_timeout,
+                          settings.compile_memory_mb or default_compile_memory_mb(), rung)
 
 
 def session_record(setup: QnnSetup, model_hash: str, shapes=None, values=None) -> dict[str, Any]:
@@ -98,8 +103,9 @@ class CacheStore:
             (``None``: the process's :func:`~onnxwrapper.backends.qnn._workers.default_pool`).
     """
 
-    def __init__(self, setup: QnnSetup, proto, model_hash: str, pool=None) -> None:
+    def __init__(self, setup: QnnSetup, proto, model_hash: str, pool=None, rung: str = "") -> None:
         self.setup = setup
+        self.rung = rung
         self.proto = proto
         self.pool = pool
         self.cache = ArtifactCache(setup.settings.cache_dir)
@@ -120,7 +126,8 @@ class CacheStore:
     def build(self, model_input, records: list, shapes, note: str, values=None) -> tuple[Compiled, PartitionReport]:
         def build(directory: str):
             request = compile_request(self.setup, self.proto, model_input, directory, shapes=shapes, note=note,
-                                      record=session_record(self.setup, self.model_hash, shapes, values))
+                                      record=session_record(self.setup, self.model_hash, shapes, values),
+                                      rung=self.rung)
             return (self.pool or default_pool()).run(request)
 
         entry, ctx, report = cached_compile(self.cache, self.key(shapes, records, values), build, note=note)
@@ -184,8 +191,9 @@ class EpContextFromOnnx:
 
         Raises:
             PartitionError (QNN took no node, patches cannot help), BackendUnavailableError,
-            BackendCompileError (the compiler process died), BackendCapabilityError (the HTP cannot
-            finalize the graph, e.g. fp32 simulation of unsupported ops), ORT's errors for the model.
+            BackendCompileError (the compiler process died), CompileFailedError (the HTP cannot
+            finalize the graph, with QNN's error name and code; CompileBudgetError past the budget),
+            ORT's errors for the model.
         """
         start = time.perf_counter()
         compiled_now: list[float] = []
@@ -202,10 +210,9 @@ class EpContextFromOnnx:
                                                              settings.disabled_patches(), label=note,
                                                              memo=self.store.memo(shapes, values))
         except Exception as exc:  # noqa: BLE001 - mapped to a typed error where one says more than ORT's
-            mapped = compile_failure(exc, settings, proto, note)
-            if mapped is None:
+            if not recoverable(exc) or isinstance(exc, CompileFailedError):
                 raise
-            raise mapped from exc
+            raise typed_failure(exc, label=note, shapes=shapes, hint=compile_hint(settings, proto)) from exc
         seconds = sum(compiled_now) if compiled_now and not compiled.reused else time.perf_counter() - start
         return Compiled(compiled.ctx_path, report, tuple(records), compiled.reused, seconds, compiled.key,
                         compiled.directory, compiled.meta)

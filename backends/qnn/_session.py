@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
 from onnxwrapper.backends.qnn._assignment import assigned_subgraphs, require_assignment_enabled
 from onnxwrapper.backends.qnn._compile import ort_session_class, qnn_creation_guard
+from onnxwrapper.backends.qnn._context_budget import context_bytes, load_with_room
 from onnxwrapper.backends.qnn._dispatch import plan_run
 from onnxwrapper.backends.qnn._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn._runtime import EP_NAME
@@ -192,11 +193,12 @@ class QnnStaticSession(BackendSession):
 
 
 class _Specialization(NamedTuple):
-    """One live specialization: its ORT session, partition report and artifact."""
+    """One live specialization: its ORT session, partition report, artifact and context bytes."""
 
     session: Any
     report: PartitionReport
     artifact: ArtifactInfo
+    nbytes: int = 0
 
 
 class QnnDynamicSession(BackendSession):
@@ -212,6 +214,8 @@ class QnnDynamicSession(BackendSession):
         dynamic_names: names of the inputs with non-static dims.
         ep_options: QNN EP options (reported by ``get_provider_options()``).
         max_specializations: LRU bound of live specialization sessions (≥ 1).
+        context_memory_mb: LRU bound of the live sessions' context binaries (MiB;
+            :mod:`onnxwrapper.backends.qnn._context_budget`), ``None``: none.
         strict, label, warn_key, user_so: as :class:`QnnStaticSession`.
         control_names: control inputs (rank-0 inputs that decide an ``If``); their values are part
             of a specialization's signature and they are not fed to it (it holds them as constants).
@@ -223,7 +227,8 @@ class QnnDynamicSession(BackendSession):
 
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
-                 warn_key: str, user_so=None, control_names=(), nonfinite_check=None) -> None:
+                 warn_key: str, user_so=None, control_names=(), nonfinite_check=None,
+                 context_memory_mb: float | None = None) -> None:
         # no providers: ORT's default CPU EP (a user's session.disable_cpu_ep_fallback=1 then fails as
         # with ORT + QNN EP, which takes no node of a symbolic model)
         self.ort_args = OrtSessionArgs(model, meta_options, None, None, dict(kwargs, enable_fallback=0))
@@ -234,6 +239,7 @@ class QnnDynamicSession(BackendSession):
         self.dynamic_names = tuple(dynamic_names)
         self.ep_options = dict(ep_options)
         self.max_specializations = max(1, int(max_specializations))
+        self.context_bytes = None if context_memory_mb is None else int(context_memory_mb * 1024 * 1024)
         self.strict = strict
         self.label = label
         self.warn_key = warn_key
@@ -299,23 +305,37 @@ class QnnDynamicSession(BackendSession):
             return spec
 
     def _add(self, key: tuple, signature, feed) -> _Specialization:
-        ort_session, report, artifact = self._build(signature, feed)
         label = f"{self.label} [{signature.note()}]"
+        ort_session, report, artifact = load_with_room(lambda: self._build(signature, feed), self._release_oldest,
+                                                       self._live_mb, label)
         if report.target_nodes == 0:  # the build gave ORT's CPU session of the model
             no_node_policy(report, strict=self.strict, label=label, warn_key=self.warn_key)
         else:
             check_partition(report, strict=self.strict, label=label, warn_key=self.warn_key)
-        spec = _Specialization(ort_session, report, artifact)
+        spec = _Specialization(ort_session, report, artifact, context_bytes(artifact.ctx_path))
         self.artifacts.append(artifact)
         self._live[key] = spec
-        _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live", signature.note(),
-                  self.label, artifact.origin, artifact.seconds, len(self._live))
-        while len(self._live) > self.max_specializations:
-            self._live.popitem(last=False)
-            self.plans.clear()  # plans hold their specialization's session
-            _log.info("onnxwrapper qnn: released a specialization of %s (max_specializations=%d; it stays "
-                      "in the disk cache)", self.label, self.max_specializations)
+        _log.info("onnxwrapper qnn: specialization %s of %s ready (%s, %.2f s); %d live, %.0f MiB of contexts",
+                  signature.note(), self.label, artifact.origin, artifact.seconds, len(self._live), self._live_mb())
+        while len(self._live) > self.max_specializations or (
+                self.context_bytes is not None and len(self._live) > 1
+                and sum(s.nbytes for s in self._live.values()) > self.context_bytes):
+            self._release_oldest()
         return spec
+
+    def _live_mb(self) -> float:
+        return sum(s.nbytes for s in self._live.values()) / (1024 * 1024)
+
+    def _release_oldest(self) -> bool:
+        """Release the least recently used specialization (False when none is live)."""
+        if not self._live:
+            return False
+        self._live.popitem(last=False)
+        self.plans.clear()  # plans hold their specialization's session
+        _log.info("onnxwrapper qnn: released a specialization of %s (max_specializations=%d, context_memory_mb=%s; "
+                  "it stays in the disk cache)", self.label, self.max_specializations,
+                  "none" if self.context_bytes is None else f"{self.context_bytes / 1024 / 1024:g}")
+        return True
 
     def _route(self, feed: Mapping[str, Any], shape_of) -> tuple[Any, Mapping[str, Any]]:
         """``(ORT session to run, feed for it)``: the specialization of the feed's signature (control

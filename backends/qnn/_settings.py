@@ -84,10 +84,15 @@ class QnnSettings(_Record):
             for none, ``None`` for ``<stem>.onnx`` next to it.
         max_feed_mb: largest logical feed (MiB) a specialization is compiled for
             (:mod:`onnxwrapper.backends.qnn._feed_limits`).
+        compile_timeout / compile_memory_mb: the budget of one compile (seconds, MiB;
+            :mod:`onnxwrapper.backends.qnn._budget`); ``None``: unbounded.
+        context_memory_mb: MiB of compiled contexts a session keeps loaded
+            (:mod:`onnxwrapper.backends.qnn._context_budget`).
     """
 
     __slots__ = ("target", "soc_model", "htp_arch", "precision", "ep_options", "strict", "cache_dir",
-                 "max_specializations", "real_npu", "patches", "graph", "companion", "max_feed_mb")
+                 "max_specializations", "real_npu", "patches", "graph", "companion", "max_feed_mb",
+                 "compile_timeout", "compile_memory_mb", "context_memory_mb")
 
     target: str | None
     soc_model: int | None
@@ -102,14 +107,19 @@ class QnnSettings(_Record):
     graph: int | str | None
     companion: str | bool | None
     max_feed_mb: int
+    compile_timeout: float | None
+    compile_memory_mb: float | None
+    context_memory_mb: float | None
 
     def __init__(self, target: str | None, soc_model: int | None, htp_arch: int | None, precision: str,
                  ep_options: Mapping[str, str] | None = None, strict: bool = False, cache_dir: str | None = None,
                  max_specializations: int = 8, real_npu: bool = False, patches: bool | tuple = True,
                  graph: int | str | None = None, companion: str | bool | None = None,
-                 max_feed_mb: int = 1024) -> None:
+                 max_feed_mb: int = 1024, compile_timeout: float | None = None,
+                 compile_memory_mb: float | None = None, context_memory_mb: float | None = None) -> None:
         values = (target, soc_model, htp_arch, precision, {} if ep_options is None else ep_options, strict,
-                  cache_dir, max_specializations, real_npu, patches, graph, companion, max_feed_mb)
+                  cache_dir, max_specializations, real_npu, patches, graph, companion, max_feed_mb,
+                  compile_timeout, compile_memory_mb, context_memory_mb)
         for name, value in zip(self.__slots__, values):
             object.__setattr__(self, name, value)
 
@@ -240,7 +250,9 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        cache_dir=config.get("cache_dir"),
                        max_specializations=int(config.get("max_specializations") or 8),
                        real_npu=real_npu, patches=config.get("patches", True), graph=config.get("graph"),
-                       companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024))
+                       companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024),
+                       compile_timeout=config.get("compile_timeout"), compile_memory_mb=config.get("compile_memory_mb"),
+                       context_memory_mb=config.get("context_memory_mb"))
 
 
 class QnnSetup(_Record):

@@ -23,10 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._artifacts import check_artifact_interface, resolve_specialization
+from onnxwrapper.backends.qnn._batch_split import BatchSplitRunner
 from onnxwrapper.backends.qnn._compile import build_session_options, create_qnn_session
 from onnxwrapper.backends.qnn._compile_errors import epcontext_unwritable
 from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
 from onnxwrapper.backends.qnn._no_node import compile_or_verdict
+from onnxwrapper.backends.qnn._recovery import batch_split_of
 from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.backends.qnn._session import ArtifactInfo, check_partition
 from onnxwrapper.backends.qnn._specialize import Signature, specialize_for_qnn
@@ -112,10 +114,15 @@ class SpecializationBuilder:
         self.load_configs, self.strict_configs, self.warn_key = dict(load_configs), dict(strict_configs), warn_key
         self.neighbours, self.on_cpu, self.patches = neighbours, on_cpu, patches
 
-    def _load(self, ctx, configs: Mapping[str, str]):
-        so = build_session_options(self.setup.user_so, self.setup.settings.ep_options, self.setup.devices, configs,
+    @staticmethod
+    def load(setup, ctx, configs: Mapping[str, str]):
+        """ORT's QNN session of the EPContext model ``ctx`` with the session's options and ``configs``."""
+        so = build_session_options(setup.user_so, setup.settings.ep_options, setup.devices, configs,
                                    skip_recorded=BAKED_IN)
-        return create_qnn_session(ctx, so, self.setup.kwargs)
+        return create_qnn_session(ctx, so, setup.kwargs)
+
+    def _load(self, ctx, configs: Mapping[str, str]):
+        return self.load(self.setup, ctx, configs)
 
     def _compile(self, spec, shapes, note: str, values):
         """``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node."""
@@ -169,7 +176,11 @@ class SpecializationBuilder:
             return self.on_cpu(), no_node, ArtifactInfo("cpu", "", shapes or None, time.perf_counter() - start)
         if settings.strict:
             check_partition(compiled.report, strict=True, label=note, warn_key=self.warn_key)
-        return self._load(compiled.ctx_path, self.strict_configs), compiled.report, artifact_info(compiled, shapes)
+        session = self._load(compiled.ctx_path, self.strict_configs)
+        split = batch_split_of(compiled)
+        if split is not None:  # the recovery ladder compiled a smaller batch: run the feed in chunks
+            session = BatchSplitRunner(session, *split)
+        return session, compiled.report, artifact_info(compiled, shapes)
 
 
 def _shape(value) -> tuple:

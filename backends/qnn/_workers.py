@@ -15,6 +15,11 @@ fixed at compile time (measured: a ctx compiled FP16 loads FP16 and an fp32 one 
   (size 1 unless resized), used by every session; :func:`compile_many` compiles a list of requests
   on ``jobs`` workers at once (results in request order; failures returned, not raised).
 
+A request may carry a budget (``budget_seconds``, ``budget_mb``; see
+:mod:`onnxwrapper.backends.qnn._budget`): while it runs, the pool watches the worker's wall time and
+resident memory and logs progress past a few seconds; past the budget the worker is killed and the
+request raises :class:`~onnxwrapper.errors.CompileBudgetError` (the next request starts a new worker).
+
 A worker that dies during a request (signal or exit) becomes
 :class:`~onnxwrapper.errors.BackendCompileError` naming the model, the shapes, the signal and the
 worker's last stderr lines; the next request starts a new worker. ORT's own errors keep ORT's class
@@ -42,6 +47,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from onnxwrapper.backends.qnn._budget import await_reply
 from onnxwrapper.backends.qnn._compile_errors import UNWRITABLE_MARKERS
 from onnxwrapper.backends.qnn._worker_main import decode_error, execute
 from onnxwrapper.errors import BackendCompileError
@@ -75,6 +81,8 @@ class CompileRequest:
         provenance: record stamped into the ctx model (``_provenance.make_record``) or ``None``.
         kind: ``"epcontext"`` (:func:`~onnxwrapper.backends.qnn._compile.generate_epcontext`) or
             ``"dlc"`` (:func:`~onnxwrapper.backends.qnn._compile.dump_dlc`).
+        budget_seconds / budget_mb: the compile budget (wall seconds, worker MiB), ``None``: unbounded.
+        rung: the recovery rung this compile belongs to (progress lines), ``""`` for the first try.
     """
 
     model: str | bytes
@@ -90,6 +98,9 @@ class CompileRequest:
     shapes: Mapping[str, Sequence[int]] | None = None
     provenance: Mapping[str, Any] | None = None
     kind: str = "epcontext"
+    budget_seconds: float | None = None
+    budget_mb: float | None = None
+    rung: str = ""
 
 
 class _WorkerStartError(Exception):
@@ -179,7 +190,7 @@ class CompileWorker:
             try:
                 pickle.dump(("run", request), proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
                 proc.stdin.flush()
-                status, payload = pickle.load(proc.stdout)
+                status, payload = await_reply(proc, request, lambda: self.stop(kill=True), self._tail_text)
             except (EOFError, OSError, pickle.UnpicklingError, ValueError) as exc:
                 raise self._died(request) from exc
             except BaseException:  # KeyboardInterrupt while waiting: the worker's state is unknown

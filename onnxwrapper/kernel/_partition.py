@@ -115,13 +115,19 @@ class PartitionReport:
         partition_eps: EP name of each ORT subgraph (``len`` = number of partitions).
         source: how the report was obtained: ``"compile"`` (assignment recorded while compiling,
             per original node), ``"artifact"`` (assignment of a loaded precompiled EPContext model:
-            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time), or
+            compiled parts appear as ``EPContext`` nodes), ``"cache"`` (stored at compile time),
+            ``"predicted"`` (from the model's op types alone, e.g. a model no node of which the
+            backend's EP has an implementation for: nothing was compiled), or
             ``"pending"`` (:meth:`pending`: nothing compiled yet — a dynamic-shape model before its
             first run; no nodes, :meth:`summary` says so).
         note: free text for listings (e.g. the model name or the specialization shapes).
         patches: operator patches applied to the model before this partition was made, as
             ``onnxwrapper.patches.PatchRecord.to_dict()`` dicts (keys ``patch``, ``node_name``,
             ``op_type``, ``summary``, ``added_nodes``, …); empty when the model ran unpatched.
+        recovery: the steps a backend took after the compile of the model as given failed, in
+            order, as JSON-ready dicts (keys ``rung``, ``result`` — ``"failed"`` or ``"compiled"``
+            —, ``error``, ``seconds``, and per rung e.g. ``options``, ``batch``, ``parts``,
+            ``cpu_nodes``); empty when the first compile worked.
     """
 
     target_ep: str
@@ -130,6 +136,7 @@ class PartitionReport:
     source: str = "compile"
     note: str = ""
     patches: tuple[Mapping[str, Any], ...] = ()
+    recovery: tuple[Mapping[str, Any], ...] = ()
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -174,7 +181,8 @@ class PartitionReport:
         nodes = tuple(NodeAssignment(n["name"], n["op_type"], n["domain"], n["ep"], int(n.get("partition", 0)),
                                      n.get("reason")) for n in data.get("nodes", ()))
         return cls(data["target_ep"], nodes, tuple(data.get("partition_eps", ())), data.get("source", "compile"),
-                   data.get("note", ""), tuple(dict(p) for p in data.get("patches", ())))
+                   data.get("note", ""), tuple(dict(p) for p in data.get("patches", ())),
+                   tuple(dict(r) for r in data.get("recovery", ())))
 
     @classmethod
     def pending(cls, target_ep: str, note: str = "") -> "PartitionReport":
@@ -186,6 +194,21 @@ class PartitionReport:
     def with_source(self, source: str, note: str | None = None) -> "PartitionReport":
         """A copy with another :attr:`source` (and :attr:`note`)."""
         return replace(self, source=source, note=self.note if note is None else note)
+
+    def with_recovery(self, steps: Iterable[Mapping[str, Any]]) -> "PartitionReport":
+        """A copy whose :attr:`recovery` is ``steps``."""
+        return replace(self, recovery=tuple(dict(s) for s in steps))
+
+    def recovery_summary(self) -> str:
+        """One phrase for :attr:`recovery`, e.g. ``"recovered by graph split (4 parts, 2 nodes on the CPU)
+        after QNN_COMMON_ERROR_MEM_ALLOC 1002"``; ``""`` without recovery."""
+        if not self.recovery:
+            return ""
+        last = self.recovery[-1]
+        first_error = next((s.get("error") for s in self.recovery if s.get("error")), None)
+        detail = last.get("detail")
+        text = f"recovered by {last.get('rung')}" + (f" ({detail})" if detail else "")
+        return text + (f" after {first_error}" if first_error else "")
 
     def with_patches(self, patches: Iterable[Any]) -> "PartitionReport":
         """A copy whose :attr:`patches` are ``patches`` (``PatchRecord`` objects or their dicts)."""
@@ -254,13 +277,19 @@ class PartitionReport:
         if self.patches:
             text += ", patched: " + ", ".join(f"{p.get('patch')} (node {p.get('node_name') or '<unnamed>'})"
                                               for p in self.patches)
+        if self.recovery:
+            text += ", " + self.recovery_summary()
         return f"{text} [{self.note}]" if self.note else text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: target_ep, source, note, counts, num_partitions, partition_eps, nodes, patches."""
-        return {"target_ep": self.target_ep, "source": self.source, "note": self.note, "counts": self.counts,
+        """JSON-ready dict: target_ep, source, note, counts, num_partitions, partition_eps, nodes, patches
+        (and recovery, when there was one)."""
+        data = {"target_ep": self.target_ep, "source": self.source, "note": self.note, "counts": self.counts,
                 "num_partitions": self.num_partitions, "partition_eps": list(self.partition_eps),
                 "nodes": [n.to_dict() for n in self.nodes], "patches": [dict(p) for p in self.patches]}
+        if self.recovery:
+            data["recovery"] = [dict(r) for r in self.recovery]
+        return data
 
     def __str__(self) -> str:
         return self.summary()
