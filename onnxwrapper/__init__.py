@@ -43,6 +43,7 @@ from onnxwrapper.errors import BackendUnavailableError as BackendUnavailableErro
 from onnxwrapper.errors import BackendValidationError as BackendValidationError
 from onnxwrapper.errors import OnnxwrapperError as OnnxwrapperError
 from onnxwrapper.errors import PartitionError as PartitionError
+from onnxwrapper.errors import PrecisionUnsupportedError as PrecisionUnsupportedError
 from onnxwrapper.errors import RemoteJobError as RemoteJobError
 from onnxwrapper.errors import SessionClosedError as SessionClosedError
 from onnxwrapper.kernel import NodeAssignment as NodeAssignment
@@ -78,6 +79,7 @@ _OWN = [
     "BackendConfigConflictError",
     "BackendRunError",
     "PartitionError",
+    "PrecisionUnsupportedError",
     "RemoteJobError",
     "ArtifactError",
     "SessionClosedError",

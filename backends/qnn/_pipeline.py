@@ -30,6 +30,7 @@ from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key,
 from onnxwrapper.backends.qnn._compile_errors import compile_failure
 from onnxwrapper.backends.qnn._model_identity import model_key
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
+from onnxwrapper.backends.qnn._precision_check import check_fp16_support
 from onnxwrapper.backends.qnn._provenance import make_record
 from onnxwrapper.backends.qnn._runtime import copy_session_options, qnn_versions, session_options_state
 from onnxwrapper.backends.qnn._settings import QnnSetup
@@ -183,10 +184,12 @@ class EpContextFromOnnx:
             values: bound control-input values of the specialization (``None``: none).
 
         Raises:
+            PrecisionUnsupportedError (a float model for a HTP without FP16, before any compile),
             PartitionError (QNN took no node, patches cannot help), BackendUnavailableError,
             BackendCompileError (the compiler process died), BackendCapabilityError (the HTP cannot
             finalize the graph, e.g. fp32 simulation of unsupported ops), ORT's errors for the model.
         """
+        check_fp16_support(self.store.setup.settings, proto, note or self.store.setup.label)
         start = time.perf_counter()
         compiled_now: list[float] = []
 

@@ -15,6 +15,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`,
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
+  :func:`host_architecture` / :class:`HostArchitecture` / :func:`normalize_arch` (the process's
+  architecture vs the operating system's: an x64 Python emulated on ARM64 Windows);
 * run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable`, :func:`screened_plan`
   (a validated kind of ``run`` call,
   looked up by its key instead of validated again);
@@ -56,6 +58,7 @@ from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
 from onnxwrapper.kernel._host import available_memory, cpu_count
+from onnxwrapper.kernel._host_arch import HostArchitecture, host_architecture, normalize_arch
 from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
@@ -66,6 +69,7 @@ __all__ = [
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
     "FORMAT_VERSION",
+    "HostArchitecture",
     "ModelMetadataInfo",
     "ModelSource",
     "NodeArgInfo",
@@ -95,12 +99,14 @@ __all__ = [
     "fold_ifs",
     "free_dimension_overrides",
     "has_control_flow",
+    "host_architecture",
     "input_dims",
     "is_static",
     "known_reason",
     "make_key",
     "modelmeta_from_onnx",
     "node_args_from_onnx",
+    "normalize_arch",
     "numpy_to_ort_type",
     "ort_type_to_numpy",
     "plannable",
