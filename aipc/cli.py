@@ -5,7 +5,7 @@ Forms::
     aipc [run options] script.py [args…]        = aipc run …
     aipc [run options] -m module [args…]        = aipc run -m module …
     aipc run [run options] script.py [args…]
-    aipc diff|fix|inspect|compile|capture [options…]
+    aipc diff|fix|inspect|compile|capture|doctor [options…]
     aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
     aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
     aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc._cmd_precompile)
@@ -43,6 +43,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
     "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
     "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
+    "doctor": ("aipc._cmd_doctor", "field self-test: platform, NPU or simulator, SoC, and canary models vs the CPU"),
 }
 
 
