@@ -30,6 +30,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :func:`first_nonfinite`;
 * partitions — :class:`PartitionReport`, :class:`NodeAssignment`, :class:`PartialOffloadWarning`,
   :func:`known_reason`, :func:`user_stacklevel` (warnings attributed to the user's call);
+* files another process may be using (Windows: open or memory-mapped files cannot be replaced or
+  deleted) — :func:`replace_files` (all or nothing), :func:`remove_tree` (never half-deleted);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
   :func:`default_cache_dir` and its environment variables, :func:`prune_records` (bounded folders
   of small record files next to it);
@@ -57,6 +59,7 @@ from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_
 from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
+from onnxwrapper.kernel._files_in_use import remove_tree, replace_files
 from onnxwrapper.kernel._host import available_memory, cpu_count
 from onnxwrapper.kernel._host_arch import HostArchitecture, host_architecture, normalize_arch
 from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
@@ -116,6 +119,8 @@ __all__ = [
     "recorded_calls",
     "recorded_digest",
     "recorded_key",
+    "remove_tree",
+    "replace_files",
     "replay_calls",
     "screened_plan",
     "shapes_note",
