@@ -14,6 +14,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
   :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`,
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+* child processes — :func:`kill_process_tree` (POSIX process group, Windows ``taskkill /T``),
+  :func:`new_session_kwargs`, :func:`crash_name` (signals and NTSTATUS codes by name);
 * the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
   :func:`host_architecture` / :class:`HostArchitecture` / :func:`normalize_arch` (the process's
   architecture vs the operating system's: an x64 Python emulated on ARM64 Windows);
@@ -61,6 +63,7 @@ from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
 from onnxwrapper.kernel._files_in_use import remove_tree, replace_files
 from onnxwrapper.kernel._host import available_memory, cpu_count
+from onnxwrapper.kernel._process_tree import crash_name, kill_process_tree, new_session_kwargs
 from onnxwrapper.kernel._host_arch import HostArchitecture, host_architecture, normalize_arch
 from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
@@ -94,6 +97,7 @@ __all__ = [
     "check_providers",
     "control_scalars",
     "cpu_count",
+    "crash_name",
     "default_cache_dir",
     "dynamic_inputs",
     "feed_signature",
@@ -105,9 +109,11 @@ __all__ = [
     "host_architecture",
     "input_dims",
     "is_static",
+    "kill_process_tree",
     "known_reason",
     "make_key",
     "modelmeta_from_onnx",
+    "new_session_kwargs",
     "node_args_from_onnx",
     "normalize_arch",
     "numpy_to_ort_type",
