@@ -19,16 +19,24 @@ environment of its SDK tools), never at import.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 from typing import MutableMapping, Sequence
 
-from onnxwrapper.kernel import HostArchitecture
+from onnxwrapper.kernel import HostArchitecture, host_architecture
 
-__all__ = ["ADSP_LIBRARY_PATH", "adsp_applies", "ensure_adsp_library_path"]
+__all__ = ["ADSP_LIBRARY_PATH", "add_sdk_skels", "adsp_applies", "ensure_adsp_library_path", "native_host"]
 
 ADSP_LIBRARY_PATH = "ADSP_LIBRARY_PATH"
 _log = logging.getLogger("onnxwrapper")
+
+
+def native_host() -> HostArchitecture:
+    """This host as a *native* process sees it (process architecture = the OS's): for SDK tools
+    started as their own processes, which run natively whatever this interpreter is."""
+    host = host_architecture()
+    return host._replace(process_arch=host.os_arch)
 
 
 def adsp_applies(host: HostArchitecture) -> bool:
@@ -61,3 +69,11 @@ def ensure_adsp_library_path(folders: Sequence[str], host: HostArchitecture,
     _log.info("onnxwrapper: %s set to %s (the Hexagon skel libraries; set it yourself to override)",
               ADSP_LIBRARY_PATH, value)
     return value
+
+
+def add_sdk_skels(environ: MutableMapping[str, str], sdk_root: str) -> str | None:
+    """:func:`ensure_adsp_library_path` in ``environ`` (an SDK tool's environment) with the QAIRT SDK's
+    DSP skel folders ``<sdk_root>/lib/hexagon-v*/unsigned``, newest architecture first; the tool runs
+    natively, so the OS's architecture decides (:func:`native_host`)."""
+    folders = sorted(glob.glob(os.path.join(glob.escape(sdk_root), "lib", "hexagon-v*", "unsigned")), reverse=True)
+    return ensure_adsp_library_path(folders, native_host(), environ)
