@@ -14,9 +14,8 @@ import os
 import onnxruntime
 import pytest
 
-from onnxwrapper.backends.qnn import QnnBackend, choose_htp_device
+from onnxwrapper.backends.qnn import QnnBackend
 from onnxwrapper.backends.qnn._runtime import ensure_registered, is_x86_host
-from onnxwrapper.kernel import HostArchitecture, host_architecture
 from tests.fakes import ep_devices
 from tests.platform_doubles import AMD64, ARM64, emulate_linux, emulate_windows, qnn_lists
 
@@ -72,6 +71,8 @@ def test_linux_aarch64_without_a_dsp_is_unavailable_and_says_why(monkeypatch):
 
 def test_x64_python_on_arm64_windows_is_the_simulator_and_names_the_fix(monkeypatch):
     emulate_windows(monkeypatch, "win-amd64", native=ARM64)
+    from onnxwrapper.kernel import host_architecture
+
     qnn_lists(monkeypatch, ep_devices.X86_64)  # the win_amd64 wheel's list: the simulator's CPU device
     host = host_architecture()
     assert (host.process_arch, host.os_arch, host.emulated) == ("x86_64", "arm64", True)
@@ -85,6 +86,8 @@ def test_x64_python_on_arm64_windows_is_the_simulator_and_names_the_fix(monkeypa
     ("win-arm64", ARM64, ("arm64", "arm64")), ("win-amd64", ARM64, ("x86_64", "arm64")),
     ("win-amd64", AMD64, ("x86_64", "x86_64")), ("win32", AMD64, ("x86", "x86_64"))])
 def test_windows_process_and_os_architectures(monkeypatch, interpreter, native, expected):
+    from onnxwrapper.kernel import host_architecture
+
     emulate_windows(monkeypatch, interpreter, native)
     host = host_architecture()
     assert (host.process_arch, host.os_arch) == expected and host.system == "Windows"
@@ -94,17 +97,23 @@ def test_windows_process_and_os_architectures(monkeypatch, interpreter, native, 
 
 @pytest.mark.parametrize("machine, arch", [("aarch64", "arm64"), ("x86_64", "x86_64"), ("armv7l", "arm")])
 def test_linux_architectures(monkeypatch, machine, arch):
+    from onnxwrapper.kernel import host_architecture
+
     emulate_linux(monkeypatch, machine)
     host = host_architecture()
     assert (host.process_arch, host.os_arch, host.emulated) == (arch, arch, False)
 
 
-def _host(system, process, os_arch="") -> HostArchitecture:
+def _host(system, process, os_arch=""):
+    from onnxwrapper.kernel import HostArchitecture
+
     return HostArchitecture(system, process, os_arch or process, "3.11")
 
 
 @pytest.mark.parametrize("hardware", [ep_devices.WINDOWS_SNAPDRAGON_X, ep_devices.X86_64, ep_devices.LINUX_QCS6490])
 def test_choose_htp_device_never_hands_ort_a_gpu(hardware):
+    from onnxwrapper.backends.qnn import choose_htp_device
+
     listed = ep_devices.qnn_factory(list(reversed(hardware)))
     for host in (_host("Windows", "arm64"), _host("Linux", "x86_64"), _host("Linux", "arm64")):
         choice = choose_htp_device(listed, host, ("/dev/fastrpc-cdsp",))
