@@ -63,7 +63,7 @@ __all__ = [
     "predict_partition_rules",
     "probe_partition",
     "quantize_qdq",
-    "run_doctor",
     "rule_reason",
+    "run_doctor",
     "three_way_check",
 ]

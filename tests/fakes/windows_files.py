@@ -94,18 +94,12 @@ class WindowsFileSemantics:
                 raise exc
 
         for base, dirs, files in os.walk(os.fspath(path), topdown=False):
-            for name in files:
+            for name, remove in [(n, self.unlink) for n in files] + [(n, self._rmdir_if_free) for n in dirs]:
                 target = os.path.join(base, name)
                 try:
-                    self.unlink(target)
+                    remove(target)
                 except OSError as exc:
-                    fail(os.unlink, target, exc)
-            for name in dirs:
-                target = os.path.join(base, name)
-                try:
-                    self._rmdir_if_free(target)
-                except OSError as exc:
-                    fail(os.rmdir, target, exc)
+                    fail(remove, target, exc)
         try:
             self._rmdir_if_free(os.fspath(path))
         except FileNotFoundError:
