@@ -9,7 +9,7 @@ CPU, silently (onnxruntime/onnxruntime-qnn pull request 593, which describes thi
 ``win_arm64`` wheel). onnxruntime-qnn sets a default itself on Linux aarch64 only
 (``QnnBackendManager::LoadBackend``, when the variable is unset); its Python package does nothing
 on Windows. The list separator is ``;`` on every platform (FastRPC does not split on ``:``:
-qualcomm/fastrpc issue 379).
+qualcomm/fastrpc report #379, https://github.com/qualcomm/fastrpc/issues/379).
 
 :func:`ensure_adsp_library_path` sets the variable where it applies — an ARM64 process on Windows
 or Linux, where a real DSP is driven — and only when the user has not set it. It is called where a
