@@ -5,7 +5,7 @@ Forms::
     aipc [run options] script.py [args…]        = aipc run …
     aipc [run options] -m module [args…]        = aipc run -m module …
     aipc run [run options] script.py [args…]
-    aipc diff|fix|inspect|compile|capture [options…]
+    aipc diff|fix|inspect|compile|capture|doctor [options…]
     aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
     aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
     aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc._cmd_precompile)
@@ -31,6 +31,7 @@ import textwrap
 from typing import Sequence
 
 from aipc import _cmd_run
+from aipc._console_encoding import make_output_safe
 from aipc_loader import _env
 
 __all__ = ["main", "SUBCOMMANDS", "help_text"]
@@ -43,6 +44,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
     "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
     "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
+    "doctor": ("aipc._cmd_doctor", "field self-test: platform, NPU or simulator, SoC, and canary models vs the CPU"),
 }
 
 
@@ -99,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        make_output_safe()
     if not argv:
         _cmd_run.say("error: no script given")
         _cmd_run.say("usage: aipc [options] script.py [args…] | aipc [options] -m module [args…] | aipc SUBCOMMAND …")
@@ -115,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _cmd_run.run_command(argv[1:], help_text=_cmd_run.run_help)
     if first == "diff" and _model_diff(argv[1:]):
         from aipc._cmd_model import diff_model_command
+
+        make_output_safe()
 
         return diff_model_command(argv[1:])
     if first == "compile" and any(t == "--from-capture" or t.startswith("--from-capture=") for t in argv[1:]):
@@ -164,6 +170,7 @@ def _subcommand_typo(token: str) -> str | None:
 
 
 def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
+    make_output_safe()  # a report must not die on a cp1252 console (aipc._console_encoding)
     default_module, text = SUBCOMMANDS[name]
     module_name = module_name or default_module
     try:

@@ -5,7 +5,7 @@ Contract (facts: QAIRT SDK docs "Tools" for snpe-net-run / snpe-dlc-info; see do
 * **SDK.** ``backend_options["sdk_root"]``, else ``$QAIRT_SDK_ROOT``, else ``$SNPE_ROOT``: the folder
   holding ``bin/<arch>/snpe-net-run`` (``<arch>`` for this host from :func:`host_arch_dirs`), else
   ``snpe-net-run`` on ``PATH``. The child process gets ``<root>/lib/<arch>`` prepended to its
-  library path; onnxwrapper's own environment is not changed.
+  library path (and DSP skels on ``ADSP_LIBRARY_PATH``); onnxwrapper's own environment is not changed.
 * **Artifact.** The model path is the ``.dlc`` or the ONNX model it was converted from; then the DLC
   is ``backend_options["artifact"]`` or ``<stem>.dlc`` / ``<stem>.onnx.dlc`` next to it. Metadata
   comes from the ONNX model (given, ``backend_options["onnx"]``, or ``<stem>.onnx`` next to the DLC),
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxwrapper.backends import _foreign_io as fio
+from onnxwrapper.backends import _adsp_path, _foreign_io as fio
 from onnxwrapper.backends._artifact_files import companion_onnx, companion_option, find_artifact, name_map_option
 from onnxwrapper.backends._foreign_session import ForeignSession
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
@@ -94,11 +94,12 @@ class Sdk:
     tag: str = ""
 
     def env(self) -> dict:
-        """Environment for the SDK's tools: this process's, with ``lib_dir`` on the library path."""
+        """This process's environment, ``lib_dir`` on the library path, DSP skels on ADSP_LIBRARY_PATH (ARM64)."""
         env = dict(os.environ)
         var = "PATH" if sys.platform == "win32" else "LD_LIBRARY_PATH"
         if os.path.isdir(self.lib_dir):
             env[var] = os.pathsep.join(p for p in (self.lib_dir, env.get(var, "")) if p)
+        _adsp_path.add_sdk_skels(env, self.root)
         return env
 
 

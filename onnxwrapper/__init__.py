@@ -46,6 +46,7 @@ from onnxwrapper.errors import CompileFailedError as CompileFailedError
 from onnxwrapper.errors import ContextLoadError as ContextLoadError
 from onnxwrapper.errors import OnnxwrapperError as OnnxwrapperError
 from onnxwrapper.errors import PartitionError as PartitionError
+from onnxwrapper.errors import PrecisionUnsupportedError as PrecisionUnsupportedError
 from onnxwrapper.errors import RemoteJobError as RemoteJobError
 from onnxwrapper.errors import SessionClosedError as SessionClosedError
 from onnxwrapper.kernel import NodeAssignment as NodeAssignment
@@ -84,6 +85,7 @@ _OWN = [
     "BackendConfigConflictError",
     "BackendRunError",
     "PartitionError",
+    "PrecisionUnsupportedError",
     "RemoteJobError",
     "ArtifactError",
     "SessionClosedError",

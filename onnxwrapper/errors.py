@@ -16,6 +16,7 @@ Hierarchy::
     │   │   ├── BackendOptionError            (also ValueError) unknown or invalid backend option
     │   │   ├── BackendValidationError        a plugin does not satisfy the backend protocol
     │   │   ├── BackendCapabilityError        (also NotImplementedError) method not served by it
+    │   │   │   └── PrecisionUnsupportedError the target's hardware lacks the precision (FP16 on HTP v68)
     │   │   ├── BackendCompileError           (also RuntimeError) the backend's compiler process died
     │   │   │   └── CompileFailedError        (also onnxruntime EPFail) the compiler refused the graph
     │   │   │       │                         (.error_name, .error_code, .rung, .largest)
@@ -55,6 +56,7 @@ __all__ = [
     "InternalError",
     "OnnxwrapperError",
     "PartitionError",
+    "PrecisionUnsupportedError",
     "RecipeError",
     "RecipeMismatchError",
     "RemoteJobError",
@@ -117,6 +119,21 @@ class BackendValidationError(BackendError):
 
 class BackendCapabilityError(BackendError, NotImplementedError):
     """The session's backend cannot serve this ``InferenceSession`` method (e.g. IOBinding on SNPE)."""
+
+
+class PrecisionUnsupportedError(BackendCapabilityError):
+    """The target's hardware has no units for the requested precision (e.g. FP16 on Hexagon v68):
+    refused before compiling, because a simulator may compile what the device cannot run.
+
+    Attributes:
+        precision: the refused precision (``"fp16"``). htp_arch: the target's HTP architecture.
+    """
+
+    def __init__(self, message: str, *, backend: str | None = None, precision: str = "",
+                 htp_arch: int | None = None) -> None:
+        super().__init__(message, backend=backend)
+        self.precision = precision
+        self.htp_arch = htp_arch
 
 
 class BackendCompileError(BackendError, RuntimeError):

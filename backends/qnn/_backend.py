@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import threading
 
-import onnxruntime
-
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, SessionRequest
 from onnxwrapper.backends.qnn._cache_hit import open_cached
 from onnxwrapper.backends.qnn._options import OPTIONS
-from onnxwrapper.backends.qnn._runtime import INSTALL_HINT, ensure_registered, is_x86_host, qnn_versions
+from onnxwrapper.backends.qnn._runtime import (INSTALL_HINT, ensure_registered, htp_device, htp_library_path,
+                                               is_x86_host, native_stdout_guard, qnn_versions)
+from onnxwrapper.backends.qnn._soc import detected_soc
 from onnxwrapper.backends.qnn._settings import request_ep_options
 from onnxwrapper.errors import BackendUnavailableError
+from onnxwrapper.kernel import host_architecture
 
 __all__ = ["QnnBackend", "open_session", "request_ep_options"]
 
@@ -57,9 +58,13 @@ class QnnBackend(Backend):
     def probe(cls) -> Availability:
         """Whether onnxruntime-qnn is importable, and what its HTP is (cached; quiet; no registration on x86-64).
 
-        On x86-64 the QNN ``OrtEpDevice`` reports device type CPU: the HTP is the simulator
-        (``simulated=True``, ``real_npu=False``). Elsewhere the plugin is registered and its device
-        type read: ``real_npu`` only for ``OrtHardwareDeviceType.NPU``.
+        In an x86-64 process the HTP is the simulator (``simulated=True``, ``real_npu=False``; the
+        reason names the fix when the OS is ARM64: an emulated x64 Python). Elsewhere the plugin is
+        registered and the device that drives the HTP chosen
+        (:func:`~onnxwrapper.backends.qnn._devices.choose_htp_device`: the NPU device in any
+        position of the list; on Linux aarch64, where ORT lists none, the CPU device when a
+        FastRPC compute DSP is there); its SoC is read from QNN or the OS
+        (:func:`~onnxwrapper.backends.qnn._soc.detected_soc`) into ``details``.
         """
         with cls._probe_lock:
             if cls._probe_result is None:
@@ -78,19 +83,25 @@ class QnnBackend(Backend):
             return Availability(False, reason=f"onnxruntime-qnn's EP library {os.path.basename(library)} is missing",
                                 install_hint=INSTALL_HINT, details=versions)
         if is_x86_host():
+            note = host_architecture().note()
             return Availability(True, reason=f"QNN HTP simulator on x86-64 (QNN SDK {versions['qnn_sdk']}): device "
-                                f"numerics, not device speed", real_npu=False, simulated=True,
-                                details={**versions, "device_type": "CPU (simulator)"})
+                                f"numerics, not device speed" + (f"; {note}" if note else ""), real_npu=False,
+                                simulated=True, details={**versions, "device_type": "CPU (simulator)"})
         try:
-            devices = ensure_registered()
+            choice = htp_device()
         except BackendUnavailableError as exc:
             return Availability(False, reason=exc.reason or str(exc), install_hint=exc.install_hint, details=versions)
-        device = devices[0].device
-        real = device.type == onnxruntime.OrtHardwareDeviceType.NPU
-        kind = "Hexagon NPU" if real else f"QNN device of type {device.type.name}"
-        return Availability(True, reason=f"{kind} ({device.vendor}), QNN SDK {versions['qnn_sdk']}", real_npu=real,
-                            simulated=not real, details={**versions, "device_type": device.type.name,
-                                                         "device_vendor": str(device.vendor)})
+        if not choice.devices:
+            return Availability(False, reason=choice.reason, details={**versions, "ep_devices": list(choice.listed)})
+        details = {**versions, "device_type": "NPU" if choice.real_npu else "CPU (simulator)",
+                   "ep_devices": list(choice.listed)}
+        if choice.real_npu:
+            with native_stdout_guard():  # loading the HTP library prints QNN's LIBNATIVE line once
+                soc = detected_soc(htp_library_path())
+            if soc is not None:
+                details.update(soc_model=soc.soc_model, htp_arch=soc.htp_arch, soc=soc.describe())
+        return Availability(True, reason=f"{choice.reason}, QNN SDK {versions['qnn_sdk']}", real_npu=choice.real_npu,
+                            simulated=not choice.real_npu, details=details)
 
     @classmethod
     def prepare_process(cls) -> None:

@@ -180,21 +180,24 @@ class GraphInfo:
 
 @dataclass(frozen=True)
 class BinaryInfo:
-    """What a context binary holds: ``path``, QNN ``build_id``, ``soc_version`` and ``graphs``."""
+    """What a context binary holds: ``path``, QNN ``build_id``, ``soc_version``, ``graphs`` and
+    ``soc_model``: the QNN ``Qnn_SocModel_t`` it was compiled for (binary info v3 header; ``None``
+    in older binaries; measured: 60 for ``soc_model=60`` compiles, 66 for 66, on onnxruntime-qnn 2.7.0)."""
 
     path: str
     build_id: str
     soc_version: str
     graphs: tuple
+    soc_model: int | None = None
 
     def __repr__(self) -> str:
         return (f"<BinaryInfo {self.path}: QNN build {self.build_id or '?'}, SoC {self.soc_version or '?'}, "
                 f"graphs {', '.join(g.name for g in self.graphs) or '-'}>")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: path, build_id, soc_version, graphs (``aipc inspect model.bin --json``)."""
+        """JSON-ready dict: path, build_id, soc_version, soc_model, graphs (``aipc inspect model.bin --json``)."""
         return {"path": self.path, "build_id": self.build_id, "soc_version": self.soc_version,
-                "graphs": [g.to_dict() for g in self.graphs]}
+                "soc_model": self.soc_model, "graphs": [g.to_dict() for g in self.graphs]}
 
     def graph(self, selector=None) -> GraphInfo:
         """The graph by name or index; the only graph when ``selector`` is ``None``.
@@ -306,7 +309,9 @@ def read_binary_info(path, system_lib: str | None = None) -> BinaryInfo:
             graphs.append(GraphInfo(gb.graphName.decode(),
                                     tuple(_tensor(gb.graphInputs[k]) for k in range(gb.numGraphInputs)),
                                     tuple(_tensor(gb.graphOutputs[k]) for k in range(gb.numGraphOutputs))))
-        return BinaryInfo(path, (body.buildId or b"").decode(), (body.socVersion or b"").decode(), tuple(graphs))
+        soc_model = int(body.socModel) if version == 3 and body.socModel else None
+        return BinaryInfo(path, (body.buildId or b"").decode(), (body.socVersion or b"").decode(), tuple(graphs),
+                          soc_model)
     finally:
         iface.systemContextFree(handle)
 

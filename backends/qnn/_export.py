@@ -30,7 +30,7 @@ from onnxwrapper.backends.qnn._stitch import compile_repaired
 from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, control_value, specialize_for_qnn
 from onnxwrapper.backends.qnn._workers import default_pool
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
-from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, input_dims
+from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, input_dims, replace_files
 
 __all__ = ["CompileResult", "compile_model"]
 
@@ -95,7 +95,9 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         input_shapes: ``{input name: shape}`` for inputs with dynamic dims (required for them).
         sess_options: ``onnxruntime.SessionOptions`` to copy (optimization level, configs).
         overwrite: replace existing output files, including ``*.dlc`` files in ``dlc_dir``
-            (default: raise ArtifactError).
+            (default: raise ArtifactError). The EPContext model and its binary are replaced all or
+            nothing: when one is in use by another process (Windows cannot replace a file a running
+            app has open or mapped) ArtifactError is raised and both are left as they were.
         dlc_dir: folder to write one DLC per QNN partition of the compiled (patched) model into,
             through QNN's IR backend (QNN EP options ``dump_qnn_ir_dlc``, ``dump_qnn_ir_dlc_dir``,
             ``qnn_ir_backend_path`` = onnxruntime-qnn's libQnnIr; a second session, see
@@ -176,6 +178,12 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         report = compiled.report
         check_partition(report, strict=settings.strict, label=label, warn_key=f"compile:{source.content_hash()}",
                         stacklevel=2)
+        moves = [(compiled.ctx_path, output_path)]
+        bin_path = None
+        if compiled.meta.get("bin"):
+            bin_path = os.path.join(folder, compiled.meta["bin"])
+            moves.append((os.path.join(compiled.directory, compiled.meta["bin"]), bin_path))
+        replace_files(moves)  # all or nothing: an output in use elsewhere (Windows) is an ArtifactError
         dlc_paths, dlc_seconds = [], 0.0
         if dlc_dir:
             start = time.perf_counter()
@@ -189,11 +197,6 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
                 dlc_paths.append(os.path.join(dlc_dir, os.path.basename(path)))
                 os.replace(path, dlc_paths[-1])
             dlc_seconds = time.perf_counter() - start
-        os.replace(compiled.ctx_path, output_path)
-        bin_path = None
-        if compiled.meta.get("bin"):
-            bin_path = os.path.join(folder, compiled.meta["bin"])
-            os.replace(os.path.join(compiled.directory, compiled.meta["bin"]), bin_path)
     _log.info("onnxwrapper qnn: compiled %s → %s in %.2f s (%s)", label, output_path, seconds, report.summary())
     return CompileResult(output_path, bin_path, os.path.getsize(output_path),
                          os.path.getsize(bin_path) if bin_path else 0, report, seconds,

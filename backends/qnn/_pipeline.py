@@ -31,6 +31,7 @@ from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key,
 from onnxwrapper.backends.qnn._compile_errors import compile_hint, recoverable, typed_failure
 from onnxwrapper.backends.qnn._model_identity import model_key
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
+from onnxwrapper.backends.qnn._precision_check import check_fp16_support
 from onnxwrapper.backends.qnn._provenance import make_record
 from onnxwrapper.backends.qnn._runtime import copy_session_options, qnn_versions, session_options_state
 from onnxwrapper.backends.qnn._settings import QnnSetup
@@ -190,11 +191,13 @@ class EpContextFromOnnx:
             values: bound control-input values of the specialization (``None``: none).
 
         Raises:
+            PrecisionUnsupportedError (a float model for a HTP without FP16, before any compile),
             PartitionError (QNN took no node, patches cannot help), BackendUnavailableError,
             BackendCompileError (the compiler process died), CompileFailedError (the HTP cannot
             finalize the graph, with QNN's error name and code; CompileBudgetError past the budget),
             ORT's errors for the model.
         """
+        check_fp16_support(self.store.setup.settings, proto, note or self.store.setup.label)
         start = time.perf_counter()
         compiled_now: list[float] = []
 

@@ -8,7 +8,12 @@ Facts this module is built on (onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0, x86-6
   QNNExecutionProvider``), then ``SessionOptions.add_provider_for_devices(devices, options)``.
   ``providers=["QNNExecutionProvider"]`` is silently ignored by ORT.
 * On x86-64 the QNN ``OrtEpDevice`` reports ``OrtHardwareDeviceType.CPU``: it is the HTP
-  simulator. A real Snapdragon NPU reports ``NPU``.
+  simulator. A real Snapdragon NPU reports ``NPU``, but the EP may list a CPU and a GPU device too,
+  in any order, and on Linux aarch64 no NPU device at all: :func:`htp_device` picks the one device
+  ORT is handed (:mod:`onnxwrapper.backends.qnn._devices` has the facts per platform).
+* Before the EP is registered, ``ADSP_LIBRARY_PATH`` is pointed at onnxruntime-qnn's folder (its
+  HTP skels) on ARM64 Windows and Linux when the user has not set it
+  (:mod:`onnxwrapper.backends._adsp_path`).
 * The first QNN session of a process prints ``" # LIBNATIVE: No alternate configuration present in
   libnative_tls.conf …"`` on **stdout** (native code, file descriptor 1). :func:`native_stdout_guard`
   redirects fd 1 into a temporary file around the first QNN session creation only, drops that
@@ -28,17 +33,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import platform
 import sys
 import tempfile
 import threading
 from typing import Any, Iterator, Mapping
 
+from onnxwrapper.backends._adsp_path import ensure_adsp_library_path
+from onnxwrapper.backends.qnn._devices import HtpDevice, choose_htp_device, dsp_device_nodes
 from onnxwrapper.errors import BackendUnavailableError
-from onnxwrapper.kernel import RecordingSessionOptions, recorded_calls, replay_calls
+from onnxwrapper.kernel import RecordingSessionOptions, host_architecture, recorded_calls, replay_calls
 
-__all__ = ["EP_NAME", "INSTALL_HINT", "qnn_versions", "is_x86_host", "ensure_registered", "native_stdout_guard",
-           "copy_session_options", "session_options_state", "session_options_from_state", "user_qnn_ep_options"]
+__all__ = ["EP_NAME", "INSTALL_HINT", "qnn_versions", "is_x86_host", "ensure_registered", "htp_device",
+           "htp_library_path", "native_stdout_guard", "copy_session_options", "session_options_state",
+           "session_options_from_state", "user_qnn_ep_options"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -62,19 +69,57 @@ def qnn_versions() -> dict[str, str]:
 
 
 def is_x86_host() -> bool:
-    """True on x86-64 / x86 hosts, where onnxruntime-qnn's HTP is the simulator."""
-    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+    """True when this *process* is x86-64 / x86 (:func:`onnxwrapper.kernel.host_architecture`), where
+    onnxruntime-qnn's HTP is the simulator — also for an x64 Python emulated on ARM64 Windows."""
+    return host_architecture().process_arch in ("x86_64", "x86")
+
+
+def htp_library_path() -> str | None:
+    """onnxruntime-qnn's HTP backend library (``libQnnHtp.so`` / ``QnnHtp.dll``), or ``None``."""
+    try:
+        import onnxruntime_qnn  # optional SDK
+    except ImportError:
+        return None
+    folder = os.path.dirname(onnxruntime_qnn.get_library_path())
+    name = "QnnHtp.dll" if sys.platform == "win32" else "libQnnHtp.so"
+    return os.path.join(folder, name) if os.path.isfile(os.path.join(folder, name)) else None
+
+
+def htp_device() -> HtpDevice:
+    """Register the QNN plugin EP (:func:`ensure_registered`'s registration) and decide which of its
+    ``OrtEpDevice`` objects drives the HTP (:func:`~onnxwrapper.backends.qnn._devices.choose_htp_device`).
+
+    Raises:
+        BackendUnavailableError: onnxruntime-qnn is missing or its library cannot be loaded.
+    """
+    import onnxruntime
+
+    _register()
+    listed = [d for d in onnxruntime.get_ep_devices() if d.ep_name == EP_NAME]
+    return choose_htp_device(listed, host_architecture(), dsp_device_nodes())
 
 
 def ensure_registered() -> list:
-    """Register the QNN plugin EP once per process (thread-safe) and return its ``OrtEpDevice`` list.
+    """Register the QNN plugin EP once per process (thread-safe) and return the ``OrtEpDevice`` list to
+    hand ``add_provider_for_devices``: the one device that drives the HTP (:func:`htp_device`) — the
+    NPU device wherever the EP lists one, never a GPU device.
 
     Tolerates a registration made by the user (or another library) before.
 
     Raises:
-        BackendUnavailableError: onnxruntime-qnn is missing, its library cannot be loaded, or it
-            reports no device.
+        BackendUnavailableError: onnxruntime-qnn is missing, its library cannot be loaded, or no
+            listed device reaches an HTP (the reason says which and what to do).
     """
+    choice = htp_device()
+    if not choice.devices:
+        raise BackendUnavailableError(f"The QNN execution provider reaches no HTP here: {choice.reason}.",
+                                      backend="qnn", reason=choice.reason, install_hint="")
+    return list(choice.devices)
+
+
+def _register() -> None:
+    """Register the QNN plugin EP once per process (thread-safe), after pointing
+    ``ADSP_LIBRARY_PATH`` at its HTP skels where that applies."""
     global _registered
     import onnxruntime
 
@@ -87,6 +132,7 @@ def ensure_registered() -> list:
                     f"Backend 'qnn' needs onnxruntime-qnn, which cannot be imported ({exc}). To fix: {INSTALL_HINT}.",
                     backend="qnn", reason=f"onnxruntime-qnn is not installed ({exc})",
                     install_hint=INSTALL_HINT) from exc
+            ensure_adsp_library_path([os.path.dirname(onnxruntime_qnn.get_library_path())], host_architecture())
             if not any(d.ep_name == EP_NAME for d in onnxruntime.get_ep_devices()):
                 try:
                     onnxruntime.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
@@ -96,11 +142,6 @@ def ensure_registered() -> list:
                             f"The QNN execution provider library could not be registered: {exc}",
                             backend="qnn", reason=str(exc), install_hint=INSTALL_HINT) from exc
             _registered = True
-        devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == EP_NAME]
-    if not devices:
-        raise BackendUnavailableError("The QNN execution provider is registered but reports no device.",
-                                      backend="qnn", reason="no QNN device", install_hint="")
-    return devices
 
 
 def _fflush_all() -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from onnxwrapper.backends.qnn._runtime import EP_NAME, ensure_registered, user_qnn_ep_options
+from onnxwrapper.backends.qnn._runtime import EP_NAME, ensure_registered, htp_library_path, user_qnn_ep_options
+from onnxwrapper.backends.qnn._soc import DeviceSoc, detected_soc
 from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, FP32_SOC_MODEL,
                                                RUNTIME_ONLY_EP_OPTIONS,
                                                TARGETS, convert_htp_arch, convert_soc_model, validate_ep_options)
@@ -88,11 +89,13 @@ class QnnSettings(_Record):
             :mod:`onnxwrapper.backends.qnn._budget`); ``None``: unbounded.
         context_memory_mb: MiB of compiled contexts a session keeps loaded
             (:mod:`onnxwrapper.backends.qnn._context_budget`).
+        device: on a real NPU whose SoC is not known (no ``soc_model`` passed: QNN compiles for
+            the device it finds), what identifies that device in the compile-cache key; else ``None``.
     """
 
     __slots__ = ("target", "soc_model", "htp_arch", "precision", "ep_options", "strict", "cache_dir",
                  "max_specializations", "real_npu", "patches", "graph", "companion", "max_feed_mb",
-                 "compile_timeout", "compile_memory_mb", "context_memory_mb")
+                 "compile_timeout", "compile_memory_mb", "context_memory_mb", "device")
 
     target: str | None
     soc_model: int | None
@@ -110,16 +113,18 @@ class QnnSettings(_Record):
     compile_timeout: float | None
     compile_memory_mb: float | None
     context_memory_mb: float | None
+    device: str | None
 
     def __init__(self, target: str | None, soc_model: int | None, htp_arch: int | None, precision: str,
                  ep_options: Mapping[str, str] | None = None, strict: bool = False, cache_dir: str | None = None,
                  max_specializations: int = 8, real_npu: bool = False, patches: bool | tuple = True,
                  graph: int | str | None = None, companion: str | bool | None = None,
                  max_feed_mb: int = 1024, compile_timeout: float | None = None,
-                 compile_memory_mb: float | None = None, context_memory_mb: float | None = None) -> None:
+                 compile_memory_mb: float | None = None, context_memory_mb: float | None = None,
+                 device: str | None = None) -> None:
         values = (target, soc_model, htp_arch, precision, {} if ep_options is None else ep_options, strict,
                   cache_dir, max_specializations, real_npu, patches, graph, companion, max_feed_mb,
-                  compile_timeout, compile_memory_mb, context_memory_mb)
+                  compile_timeout, compile_memory_mb, context_memory_mb, device)
         for name, value in zip(self.__slots__, values):
             object.__setattr__(self, name, value)
 
@@ -131,8 +136,12 @@ class QnnSettings(_Record):
         return disabled_patches(self.patches)
 
     def compile_options(self) -> dict[str, str]:
-        """EP options that shape the compiled context (cache-key part): all but runtime-only ones."""
-        return {k: v for k, v in sorted(self.ep_options.items()) if k not in RUNTIME_ONLY_EP_OPTIONS}
+        """EP options that shape the compiled context (cache-key part): all but runtime-only ones, plus
+        ``device`` when set (a real NPU of unknown SoC: the context is compiled for that device)."""
+        options = {k: v for k, v in sorted(self.ep_options.items()) if k not in RUNTIME_ONLY_EP_OPTIONS}
+        if self.device:
+            options["device"] = self.device
+        return options
 
     def describe(self) -> str:
         """One line for logs and errors."""
@@ -168,14 +177,22 @@ def _pick(typed: Any, raw: str | None, name: str, convert) -> Any:
 
 
 def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_npu: bool,
-                     default_profile_path: str | None = None) -> QnnSettings:
+                     default_profile_path: str | None = None, device_soc: DeviceSoc | None = None) -> QnnSettings:
     """Combine validated backend options and raw QNN EP options into :class:`QnnSettings`.
+
+    On the simulator, without a target or ``soc_model`` the default target emulates a Snapdragon X
+    Elite. On a real NPU the device's own SoC (``device_soc``) is used instead, so its
+    ``soc_model``/``htp_arch`` go to the EP and into the cache key; when it is unknown no
+    ``soc_model`` is passed (QNN compiles for the device it finds) and ``device`` names the device
+    in the cache key.
 
     Args:
         config: ``QnnBackend.config`` (validated backend options with defaults).
         raw: raw QNN EP options from the user's SessionOptions / ``providers`` (unvalidated).
         real_npu: from ``QnnBackend.probe()``.
         default_profile_path: QNN profiling CSV path used when profiling is on and no path was given.
+        device_soc: the SoC of the real NPU (:func:`~onnxwrapper.backends.qnn._soc.detected_soc`),
+            or ``None``; ignored on the simulator.
 
     Raises:
         BackendOptionError: bad or contradictory options (e.g. fp32 with a soc_model, fp32 on a
@@ -211,6 +228,11 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
         if target is None and soc is None and not real_npu:
             target = TARGETS[DEFAULT_SIMULATOR_TARGET]
             target_name = target.name
+        elif target is None and soc is None and device_soc is not None and device_soc.soc_model is not None:
+            soc = device_soc.soc_model
+            arch = device_soc.htp_arch if arch is None else arch
+            known = [t for t in TARGETS.values() if t.soc_model == soc]
+            target_name = known[0].name if known else None
         if target is not None:
             if soc is not None and soc != target.soc_model and config.get("target"):
                 raise BackendOptionError(
@@ -245,6 +267,9 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
         ep["profiling_level"] = profiling
         ep.setdefault("profiling_file_path", default_profile_path or os.path.abspath("onnxwrapper_qnn_profile.csv"))
     final.update(ep)
+    device = None
+    if real_npu and soc is None:
+        device = device_soc.describe() if device_soc is not None else "a device of unknown SoC"
     return QnnSettings(target=target_name, soc_model=soc, htp_arch=arch, precision=precision,
                        ep_options=dict(sorted(final.items())), strict=bool(config.get("strict")),
                        cache_dir=config.get("cache_dir"),
@@ -252,7 +277,7 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        real_npu=real_npu, patches=config.get("patches", True), graph=config.get("graph"),
                        companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024),
                        compile_timeout=config.get("compile_timeout"), compile_memory_mb=config.get("compile_memory_mb"),
-                       context_memory_mb=config.get("context_memory_mb"))
+                       context_memory_mb=config.get("context_memory_mb"), device=device)
 
 
 class QnnSetup(_Record):
@@ -309,6 +334,8 @@ def qnn_setup(config: Mapping[str, Any], raw_ep_options: Mapping[str, Any], sour
     Raises:
         BackendOptionError: bad or contradictory options.
     """
-    settings = resolve_settings(config, raw_ep_options, real_npu=real_npu, default_profile_path=default_profile_path)
+    device_soc = detected_soc(htp_library_path()) if real_npu else None
+    settings = resolve_settings(config, raw_ep_options, real_npu=real_npu, default_profile_path=default_profile_path,
+                                device_soc=device_soc)
     kwargs = {k: v for k, v in kwargs.items() if k != "enable_fallback"}
     return QnnSetup(source, settings, user_so, kwargs, label)

@@ -3,11 +3,23 @@
 Sources of the numbers:
 
 * ``soc_model`` values are the ``Qnn_SocModel_t`` enum of the QNN SDK header ``QnnTypes.h``
-  (``QNN_SOC_MODEL_SM8450 = 36``, ``SM8550 = 43``, ``SM8650 = 57``, ``SC8380XP = 60``,
-  ``SM8750 = 69``).
+  (``QNN_SOC_MODEL_SC8280X = 37``, ``SM8450 = 36``, ``SM8550 = 43``, ``SM8650 = 57``,
+  ``SC8380XP = 60``, ``QCS8550 = 66``, ``SM8750 = 69``, ``SM8850 = 87``); values the header
+  snapshot we read stops before: ``QCM6490 = 93`` (ExecuTorch's Qualcomm backend,
+  ``backends/qualcomm/serialization/qc_schema.py``, ``QcomChipset.QCM6490 = 93  # v68``; QCS6490
+  is the IoT part of the same die, Linux ``qcom,ids.h`` IDs 497/498) and ``SC8480XP = 88``
+  (Snapdragon X2 Elite, as listed in QAIRT 2.45's ``Qnn_SocModel_t`` documentation). Both are
+  accepted by onnxruntime-qnn 2.7.0's simulator (measured) but unverified on hardware here.
 * ``htp_arch`` (Hexagon architecture) per SoC: QNN SDK documentation "Supported Snapdragon
   devices", as mirrored in ExecuTorch's Qualcomm backend SoC table (SM8450 v69, SM8550 v73,
-  SM8650 v75, SM8750 v79) and Qualcomm's QAIRT context-binary tooling (v73 → SC8380XP = 60).
+  SM8650 v75, SM8750 v79, SM8850 v81, SM8350/SA8295/QCM6490 v68) and Qualcomm's QAIRT
+  context-binary tooling (v73 → SC8380XP = 60). SC8280X (8cx Gen 3) v68, SC8480XP (X2 Elite) v81:
+  onnxruntime-qnn 2.7.0's ``win_arm64`` wheel ships HTP skels for exactly v68, v73 and v81, the
+  Windows-on-Snapdragon generations. QCS8550 is v73 (the SM8550 die).
+* FP16: HTP v68 has no FP16 units; FP16 starts at v69 (QNN HTP backend docs, "Supported
+  Snapdragon devices"). On the simulator, ``htp_arch=68`` with FP16 precision makes the QNN EP
+  refuse every float node (measured: ``Conv`` on soc_model 37 or 93), so a float model compiles to
+  nothing there and would fail on the device; :attr:`SocTarget.fp16` says which targets have it.
   The QNN EP writes ``…:73:60:…`` (arch, soc) into the ``ep_compatibility_info`` of an EPContext
   model compiled with ``soc_model=60, htp_arch=73`` (measured, onnxruntime-qnn 2.7.0).
 * Raw QNN EP option names and values: ORT's QNN EP documentation ("Configuration Options") and
@@ -35,7 +47,8 @@ from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendOptionError
 
 __all__ = ["SocTarget", "TARGETS", "HTP_ARCHS", "PERFORMANCE_MODES", "CONTEXT_PRIORITIES", "PROFILING_LEVELS",
-           "FP16_MIN_SOC_MODEL", "FP32_SOC_MODEL", "DEFAULT_SIMULATOR_TARGET", "RUNTIME_ONLY_EP_OPTIONS",
+           "FP16_MIN_HTP_ARCH", "FP16_MIN_SOC_MODEL", "FP32_SOC_MODEL", "htp_has_fp16", "DEFAULT_SIMULATOR_TARGET",
+           "RUNTIME_ONLY_EP_OPTIONS",
            "find_target", "convert_target", "convert_soc_model", "convert_htp_arch", "convert_bool", "convert_choice",
            "convert_positive_int", "convert_provider_options", "validate_ep_options"]
 
@@ -57,6 +70,11 @@ class SocTarget(NamedTuple):
     htp_arch: int
     aliases: tuple[str, ...] = ()
 
+    @property
+    def fp16(self) -> bool:
+        """True when the HTP has FP16 units (v69 and later; module docstring)."""
+        return htp_has_fp16(self.htp_arch)
+
 
 TARGETS: dict[str, SocTarget] = {t.name: t for t in (
     SocTarget("snapdragon-x-elite", "Snapdragon X Elite", "SC8380XP", 60, 73,
@@ -65,7 +83,24 @@ TARGETS: dict[str, SocTarget] = {t.name: t for t in (
     SocTarget("snapdragon-8-gen-2", "Snapdragon 8 Gen 2", "SM8550", 43, 73, ("8gen2", "8-gen-2", "sm8550")),
     SocTarget("snapdragon-8-gen-3", "Snapdragon 8 Gen 3", "SM8650", 57, 75, ("8gen3", "8-gen-3", "sm8650")),
     SocTarget("snapdragon-8-elite", "Snapdragon 8 Elite", "SM8750", 69, 79, ("8elite", "8-elite", "sm8750")),
+    SocTarget("snapdragon-8-elite-gen-5", "Snapdragon 8 Elite Gen 5", "SM8850", 87, 81,
+              ("8elitegen5", "8-elite-gen-5", "sm8850")),
+    SocTarget("snapdragon-x2-elite", "Snapdragon X2 Elite", "SC8480XP", 88, 81, ("x2-elite", "x2elite", "sc8480xp",
+                                                                                   "sc8480")),
+    SocTarget("snapdragon-8cx-gen-3", "Snapdragon 8cx Gen 3", "SC8280X", 37, 68, ("8cx-gen-3", "8cxgen3", "sc8280x",
+                                                                                    "sc8280xp")),
+    SocTarget("qcs6490", "Qualcomm QCS6490", "QCS6490", 93, 68, ("qcm6490", "rb3-gen-2", "rb3gen2")),
+    SocTarget("qcs8550", "Qualcomm QCS8550", "QCS8550", 66, 73, ("qcm8550",)),
 )}
+
+#: the first Hexagon architecture with FP16 units (module docstring)
+FP16_MIN_HTP_ARCH = 69
+
+
+def htp_has_fp16(htp_arch: int | None) -> bool:
+    """True when HTP ``htp_arch`` (68, 69, 73, …) has FP16 units; ``None`` (unknown) counts as True."""
+    return htp_arch is None or int(htp_arch) >= FP16_MIN_HTP_ARCH
+
 
 #: default target on a host without a real NPU: emulate the FP16 math of a Snapdragon X Elite
 DEFAULT_SIMULATOR_TARGET = "snapdragon-x-elite"

@@ -19,6 +19,7 @@ from onnxwrapper.diff._batched import device_notes
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
 from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
 from onnxwrapper.diff._files import unused_stem
+from onnxwrapper.diff._labels import check_label
 from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._orchestrate import Target, run_child
@@ -61,7 +62,8 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
 
     Raises:
         onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
-        ValueError: empty list, or a label given twice.
+        ValueError: empty list, a label given twice, or a label that cannot be a folder name
+            (:func:`onnxwrapper.diff._labels.check_label`: ``:``, ``?``, ``*``, device names, …).
     """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     result: dict[str, str] = {}
@@ -71,7 +73,7 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
         label, _, name = item.partition("=") if "=" in item else (item, "", item)
         label, name = label.strip(), name.strip()
         canonical = default_registry().resolve(name)
-        label = label if "=" in item else canonical
+        label = check_label(label) if "=" in item else canonical
         if label in result:
             raise ValueError(f"backend label '{label}' is given twice; name the second run 'LABEL={name}'.")
         result[label] = canonical

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 from onnxwrapper.diff._capture_reader import CaptureFormatError, read_capture
 from onnxwrapper.diff._compare import compare_captures
+from onnxwrapper.diff._child_env import child_environment
 from onnxwrapper.diff._orchestrate import _tail, crash_name, kill_child, read_status
+from onnxwrapper.kernel import new_session_kwargs
 from onnxwrapper.repair import ModelRecipe, RecipeBook
 
 __all__ = ["Trial", "run_trial"]
@@ -171,14 +173,12 @@ def _costs(trial: Trial, capture: str, nodes: int | None) -> None:
 
 def _run(request_path: str, directory: str, timeout: float | None, env: dict | None) -> tuple[int | None, str]:
     """Run the child; ``(return code, error text or "")``."""
-    child_env = dict(os.environ)
-    child_env.update(env or {})
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env = child_environment(env)
     cmd = [sys.executable, "-m", "onnxwrapper.diff._fix_child", request_path]
     with open(os.path.join(directory, "stdout.txt"), "wb") as out, \
             open(os.path.join(directory, "stderr.txt"), "wb") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env,
-                                start_new_session=(os.name == "posix"))
+                                **new_session_kwargs())
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

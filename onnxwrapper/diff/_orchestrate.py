@@ -4,9 +4,10 @@ crash of one backend must not take the others' results with it).
 Each child is ``python -m onnxwrapper.diff._child`` with its stdout/stderr written to
 ``<capture dir>/stdout.txt`` and ``stderr.txt``; its outcome is read from ``status.json`` and its
 return code. A negative return code is a signal (POSIX; on Windows an NTSTATUS crash code such as
-0xC0000005): the run is reported as ``crashed`` with the signal's name, and the calls it recorded
-before dying stay usable. Children run in their own
-process group so a timeout can stop the script and whatever it started.
+0xC0000005, named: ``ACCESS_VIOLATION (0xC0000005)``): the run is reported as ``crashed`` with the
+signal's name, and the calls it recorded before dying stay usable. Children run in their own
+process group (POSIX session; Windows process group, stopped as a process tree with ``taskkill /T``)
+so a timeout can stop the script and whatever it started.
 
 Every run that did not end normally gets a one-line ``cause`` for the report: the signal and the
 script's Python frame at the crash, the exception (type and message, from the traceback the
@@ -24,13 +25,15 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
+from onnxwrapper.diff._child_env import child_environment
 from onnxwrapper.diff._result import BackendRun
+from onnxwrapper.kernel import crash_name as process_crash_name
+from onnxwrapper.kernel import kill_process_tree, new_session_kwargs
 
 __all__ = ["Target", "run_child", "read_status", "crash_name", "exception_cause", "kill_child"]
 
@@ -95,25 +98,10 @@ def _crash_stack(path: str, frames: int = 4) -> str:
     return "\n".join(chosen[0][:frames]) if chosen else ""
 
 
-#: Windows NTSTATUS codes of native crashes (a crashed process exits with one of them).
-_NTSTATUS = {0xC0000005: "ACCESS_VIOLATION", 0xC00000FD: "STACK_OVERFLOW", 0xC0000409: "STACK_BUFFER_OVERRUN",
-             0xC000001D: "ILLEGAL_INSTRUCTION", 0xC0000374: "HEAP_CORRUPTION"}
-
-
 def crash_name(returncode: int | None) -> str | None:
-    """The signal (POSIX: negative return code) or NTSTATUS crash (Windows) a return code means,
-    e.g. ``"SIGSEGV"`` or ``"ACCESS_VIOLATION"``; ``None`` for a normal exit."""
-    if returncode is None:
-        return None
-    if returncode < 0 and os.name == "posix":
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    code = returncode & 0xFFFFFFFF
-    if os.name == "nt" and code >= 0xC0000000:
-        return _NTSTATUS.get(code, f"NTSTATUS 0x{code:08X}")
-    return None
+    """The signal (POSIX) or NTSTATUS crash (Windows) a return code means, e.g. ``"SIGSEGV"`` or
+    ``"ACCESS_VIOLATION (0xC0000005)"``; ``None`` for a normal exit (:func:`onnxwrapper.kernel.crash_name`)."""
+    return process_crash_name(returncode)
 
 
 def _short(text: str) -> str:
@@ -227,10 +215,7 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         cmd += ["--replay", replay] + (["--only", only] if only else [])
     elif target is not None:
         cmd += (["-m"] if target.module else []) + ["--", *map(str, target.argv)]
-    child_env = dict(os.environ)
-    child_env.update(env or {})
-    child_env.update((target.env if target else None) or {})
-    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env = child_environment(env, target.env if target else None)
     out_path, err_path = os.path.join(directory, "stdout.txt"), os.path.join(directory, "stderr.txt")
     run = BackendRun(backend=backend, options=options, capture_dir=directory, stdout=out_path, stderr=err_path)
     cwd = target.cwd if target else None
@@ -239,8 +224,7 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=(target.cwd if target else None), env=child_env,
-                                    start_new_session=(os.name == "posix"))
+                                    cwd=(target.cwd if target else None), env=child_env, **new_session_kwargs())
         except OSError as exc:
             run.status, run.returncode, run.message = "error", None, f"could not start the child process: {exc}"
             return run
@@ -325,15 +309,10 @@ def _finish_calls(run: BackendRun) -> None:
 
 
 def kill_child(proc: subprocess.Popen) -> None:
-    """Stop a child of :func:`run_child` and its process group (the group was created for this
-    child only); returns when it has ended (at most 10 s later). Harmless when it already ended."""
-    try:
-        if os.name == "posix":
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-    except (ProcessLookupError, PermissionError):
-        pass
+    """Stop a child of :func:`run_child` and every process it started (its process group on POSIX,
+    its process tree on Windows: :func:`onnxwrapper.kernel.kill_process_tree`); returns when it has
+    ended (at most 10 s later). Harmless when it already ended."""
+    kill_process_tree(proc)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:

@@ -14,7 +14,11 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
 * feeds — :func:`validate_feed` / :func:`validate_ort_values` / :func:`check_output_names` /
   :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`,
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
+* child processes — :func:`kill_process_tree` (POSIX process group, Windows ``taskkill /T``),
+  :func:`new_session_kwargs`, :func:`crash_name` (signals and NTSTATUS codes by name);
 * the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
+  :func:`host_architecture` / :class:`HostArchitecture` / :func:`normalize_arch` (the process's
+  architecture vs the operating system's: an x64 Python emulated on ARM64 Windows);
 * run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable`, :func:`screened_plan`
   (a validated kind of ``run`` call,
   looked up by its key instead of validated again);
@@ -28,6 +32,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :func:`first_nonfinite`;
 * partitions — :class:`PartitionReport`, :class:`NodeAssignment`, :class:`PartialOffloadWarning`,
   :func:`known_reason`, :func:`user_stacklevel` (warnings attributed to the user's call);
+* files another process may be using (Windows: open or memory-mapped files cannot be replaced or
+  deleted) — :func:`replace_files` (all or nothing), :func:`remove_tree` (never half-deleted);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
   :func:`default_cache_dir` and its environment variables, :func:`prune_records` (bounded folders
   of small record files next to it);
@@ -55,7 +61,10 @@ from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_
 from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
+from onnxwrapper.kernel._files_in_use import remove_tree, replace_files
 from onnxwrapper.kernel._host import available_memory, cpu_count
+from onnxwrapper.kernel._process_tree import crash_name, kill_process_tree, new_session_kwargs
+from onnxwrapper.kernel._host_arch import HostArchitecture, host_architecture, normalize_arch
 from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
@@ -66,6 +75,7 @@ __all__ = [
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
     "FORMAT_VERSION",
+    "HostArchitecture",
     "ModelMetadataInfo",
     "ModelSource",
     "NodeArgInfo",
@@ -87,6 +97,7 @@ __all__ = [
     "check_providers",
     "control_scalars",
     "cpu_count",
+    "crash_name",
     "default_cache_dir",
     "dynamic_inputs",
     "feed_signature",
@@ -95,12 +106,16 @@ __all__ = [
     "fold_ifs",
     "free_dimension_overrides",
     "has_control_flow",
+    "host_architecture",
     "input_dims",
     "is_static",
+    "kill_process_tree",
     "known_reason",
     "make_key",
     "modelmeta_from_onnx",
+    "new_session_kwargs",
     "node_args_from_onnx",
+    "normalize_arch",
     "numpy_to_ort_type",
     "ort_type_to_numpy",
     "plannable",
@@ -110,6 +125,8 @@ __all__ = [
     "recorded_calls",
     "recorded_digest",
     "recorded_key",
+    "remove_tree",
+    "replace_files",
     "replay_calls",
     "screened_plan",
     "shapes_note",

@@ -27,8 +27,14 @@ manage cache files themselves. Properties:
   ``ONNXWRAPPER_CACHE_MAX_BYTES``); entries locked by another process and the entry just built
   are skipped (an entry just returned is the most recently used one, so it is evicted last).
 
+* **Entries in use** (Windows: a process has an entry's context binary open or mapped, so it cannot
+  be renamed or deleted): eviction skips such an entry, a corrupt one is left whole and rebuilt
+  beside it (this process gets a *detached* copy under ``tmp``), never half-deleted
+  (:func:`onnxwrapper.kernel._files_in_use.remove_tree`).
 * **Read-only caches** (a cache shipped inside an application, a read-only mount): when the lock
-  file cannot be created (``EROFS``, ``EACCES``, ``EPERM``) a lookup verifies the entry without a
+  folder cannot be written (``EROFS``, ``EACCES``, ``EPERM``; probed once per root and process with
+  a file of our own, because filelock reads ``EACCES`` on Windows as "held by another process" and
+  would wait ``lock_timeout``) or the lock file cannot be created, a lookup verifies the entry without a
   lock (sizes and sha256, as always; nothing can be half-written there by this process) and uses
   it; a miss builds into a temporary per-process cache instead, with one WARNING (logger
   ``onnxwrapper.cache``) per cache root; that temporary cache is removed at exit.
@@ -54,6 +60,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel._cache_eviction import CacheEviction
+from onnxwrapper.kernel._files_in_use import remove_tree
 from onnxwrapper.kernel._cache_entry import (DEFAULT_MAX_BYTES, ENV_CACHE_DIR,
                                              ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, RACY_SECONDS, STAMP, CacheEntry,
                                              _checksums, _list_files, _sha256_file, crc32_file,
@@ -84,6 +91,7 @@ class ArtifactCache(CacheEviction):
     _verified: dict[tuple[str, str], tuple] = {}
     _verified_lock = threading.Lock()
     _scratch_caches: dict[str, "ArtifactCache"] = {}
+    _writable_roots: dict[str, bool] = {}
 
     def __init__(self, root: str | os.PathLike | None = None, *, max_bytes: int | None = None,
                  lock_timeout: float = 3600.0) -> None:
@@ -116,6 +124,8 @@ class ArtifactCache(CacheEviction):
         """
         import filelock
 
+        if not self._lock_folder_writable():
+            raise _ReadOnlyCache(f"{self.root} is not writable")
         try:
             lock = self._lock(key)
             lock.acquire()
@@ -133,6 +143,25 @@ class ArtifactCache(CacheEviction):
             yield
         finally:
             lock.release()
+
+    def _lock_folder_writable(self) -> bool:
+        """Whether a file of our own can be created in ``<root>/locks`` (probed once per root and process;
+        see the module docstring, "Read-only caches")."""
+        known = self._writable_roots.get(self.root)
+        if known is not None:
+            return known
+        locks = os.path.join(self.root, "locks")
+        try:
+            os.makedirs(locks, exist_ok=True)
+            with tempfile.TemporaryFile(dir=locks, prefix=".probe-"):
+                pass
+            writable = True
+        except OSError as exc:
+            if exc.errno not in _READ_ONLY_ERRNOS:
+                return True  # not a permission problem: let the lock report it
+            writable = False
+        self._writable_roots[self.root] = writable
+        return writable
 
     # -- reading ---------------------------------------------------------------------------------
     def _read_verified(self, key: str, repair: bool = True, quiet: bool = False) -> CacheEntry | None:
@@ -159,8 +188,9 @@ class ArtifactCache(CacheEviction):
         if problem is not None:
             _log.warning("onnxwrapper cache: entry %s in %s is corrupt (%s); %s", key[:16], self.root, problem,
                          "removing it, it will be rebuilt" if repair else "not using it (the cache is read-only)")
-            if repair:
-                self._remove_dir(directory)
+            if repair and not self._remove_dir(directory):
+                _log.warning("onnxwrapper cache: entry %s is in use by another process; it is left whole and "
+                             "rebuilt beside it", key[:16])
             return None
         return CacheEntry(key, directory, {n: int(i["size"]) for n, i in files.items()}, manifest.get("meta", {}),
                           float(manifest.get("created", 0.0)), True, float(manifest.get("build_seconds", 0.0)))
@@ -313,12 +343,16 @@ class ArtifactCache(CacheEviction):
             self._touch(tmp)
             final = self.entry_dir(key)
             os.makedirs(os.path.dirname(final), exist_ok=True)
-            if os.path.exists(final):  # a leftover the verification removed only partly
-                self._remove_dir(final)
+            in_use = os.path.exists(final) and not self._remove_dir(final)  # a corrupt entry still in use
             try:
-                os.replace(tmp, final)
+                if not in_use:
+                    os.replace(tmp, final)
+            except PermissionError:  # it came back and is in use (Windows)
+                in_use = True
             except OSError as exc:
                 raise ArtifactError(f"Could not move the new cache entry into {final}: {exc}", path=final) from exc
+            if in_use:
+                final = self._detach(key, tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -326,25 +360,31 @@ class ArtifactCache(CacheEviction):
                   sum(i["size"] for i in files.values()) / 1e6, seconds)
         return CacheEntry(key, final, {n: i["size"] for n, i in files.items()}, meta, created, False, seconds)
 
+    def _detach(self, key: str, tmp: str) -> str:
+        """The freshly built ``tmp`` entry, kept under ``tmp`` for this process because the entry's own
+        folder holds a corrupt entry another process is using (removed later as a stale temporary)."""
+        detached = os.path.join(self.root, "tmp", f"detached.{key[:16]}.{os.getpid()}.{os.urandom(4).hex()}")
+        os.replace(tmp, detached)
+        _log.warning("onnxwrapper cache: entry %s is in use by another process and could not be replaced; this "
+                     "process uses a fresh copy (%s), and a later process will replace the entry", key[:16],
+                     detached)
+        return detached
+
     # -- maintenance -----------------------------------------------------------------------------
-    def _remove_dir(self, directory: str) -> None:
+    def _remove_dir(self, directory: str) -> bool:
+        """Remove an entry folder, never half: False when it is in use (left whole)."""
         trash = os.path.join(self.root, "tmp", f"trash.{os.getpid()}.{os.urandom(4).hex()}")
-        try:
-            os.makedirs(os.path.dirname(trash), exist_ok=True)
-            os.replace(directory, trash)
-        except OSError:
-            trash = directory
-        shutil.rmtree(trash, ignore_errors=True)
+        return remove_tree(directory, trash)
 
     def remove(self, key: str) -> bool:
-        """Delete entry ``key`` (waiting for its lock). Returns True if it existed (False in a read-only cache)."""
+        """Delete entry ``key`` (waiting for its lock). Returns True if it existed and is gone (False in a
+        read-only cache, or when it is in use by another process: then it is left whole)."""
         try:
             with self.hold(key):
                 directory = self.entry_dir(key)
                 if not os.path.isdir(directory):
                     return False
-                self._remove_dir(directory)
-                return True
+                return self._remove_dir(directory)
         except _ReadOnlyCache:
             scratch = self._scratch_caches.get(self.root)
             return scratch.remove(key) if scratch is not None else False

@@ -32,7 +32,7 @@ class CacheEviction:
     if TYPE_CHECKING:  # provided by ArtifactCache
         def _lock(self, key: str, timeout: float | None = None) -> Any: ...
 
-        def _remove_dir(self, directory: str) -> None: ...
+        def _remove_dir(self, directory: str) -> bool: ...
 
         def entry_dir(self, key: str) -> str: ...
 
@@ -76,7 +76,8 @@ class CacheEviction:
             keep: keys never evicted by this call.
 
         Returns:
-            The evicted keys. Entries whose lock another process holds are skipped. Stale
+            The evicted keys. Entries whose lock another process holds, or whose files another process
+            has open or mapped (Windows), are skipped. Stale
             temporary directories (older than 6 h) of crashed builders are removed too.
         """
         import filelock
@@ -97,9 +98,11 @@ class CacheEviction:
             except (filelock.Timeout, OSError):  # held by another process, or a read-only cache
                 continue
             try:
-                self._remove_dir(self.entry_dir(key))
+                removed = self._remove_dir(self.entry_dir(key))
             finally:
                 lock.release()
+            if not removed:  # in use by another process (Windows): left whole
+                continue
             total -= size
             evicted.append(key)
             _log.info("onnxwrapper cache: evicted least-recently-used entry %s (%.1f MB)", key[:16], size / 1e6)

@@ -11,7 +11,9 @@ static shapes, partition prediction, QDQ quantization and the three-way accuracy
   (:class:`OpsetUpgrade`, :class:`OpsetConversionError`) and fragile-tensor policy
   (:class:`FragilePlan`), calibration data (:class:`CalibrationSet`, :func:`calibration_from_capture`,
   :class:`FeedsDataReader`) and :func:`three_way_check` (:class:`AccuracyReport`, with NaN/Inf per
-  run in :class:`RunNonFinite`).
+  run in :class:`RunNonFinite`);
+* :func:`run_doctor` / :class:`DoctorReport` / :class:`CanaryResult` — ``aipc doctor``: platform
+  facts and canary models compiled and run on the HTP against the CPU.
 
 Importing it imports onnx and onnxruntime; no backend SDK.
 """
@@ -22,6 +24,7 @@ from onnxwrapper.toolkit._inspect import (CPU_EP, OPTIMIZED, QNN_EP, Inspection,
                                           TensorSummary, format_binary, inspect_binary, inspect_model, make_static,
                                           parse_dim_arg, parse_shape_arg, predict_partition_rules, probe_partition,
                                           rule_reason)
+from onnxwrapper.toolkit._doctor import CanaryResult, DoctorReport, run_doctor
 from onnxwrapper.toolkit._fragile import FragilePlan
 from onnxwrapper.toolkit._opset import OpsetConversionError, OpsetUpgrade
 from onnxwrapper.toolkit._quantize import (PRECISIONS, CalibrationError, CalibrationSet, FeedsDataReader, QuantizeResult,
@@ -34,6 +37,8 @@ __all__ = [
     "CPU_EP",
     "CalibrationError",
     "CalibrationSet",
+    "CanaryResult",
+    "DoctorReport",
     "FeedsDataReader",
     "FragilePlan",
     "Inspection",
@@ -59,5 +64,6 @@ __all__ = [
     "probe_partition",
     "quantize_qdq",
     "rule_reason",
+    "run_doctor",
     "three_way_check",
 ]

@@ -353,6 +353,7 @@ def format_binary(info: Mapping[str, Any]) -> str:
     """Human-readable :func:`inspect_binary` result (one block per graph)."""
     lines = [f"context binary: {info['path']} ({info['bytes'] / 1e6:.2f} MB)",
              f"  QNN build {info['build_id'] or '?'}" + (f", SoC {info['soc_version']}" if info["soc_version"] else "")
+             + (f", compiled for soc_model {info['soc_model']}" if info.get("soc_model") else "")
              + f", {len(info['graphs'])} graph{'s' if len(info['graphs']) != 1 else ''}"]
     for index, graph in enumerate(info["graphs"]):
         lines.append(f"graph {index}: {graph['name']}")
