@@ -29,7 +29,8 @@ import json
 import sys
 
 import onnxwrapper
-from aipc._cmd_run import EXIT_USAGE, say
+from aipc._cmd_run import say
+from aipc._exit_codes import EXIT_FAILED, EXIT_USAGE
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.toolkit import format_binary, inspect_binary, inspect_model, parse_dim_arg, parse_shape_arg
 
@@ -95,7 +96,7 @@ def _list_backends(as_json: bool) -> int:
 
 
 def _inspect_binary(args: argparse.Namespace) -> int:
-    """``aipc inspect MODEL.bin``: exit 0, 2 (no such file), 64 (options that need an ONNX model), 1 (unreadable)."""
+    """``aipc inspect MODEL.bin``: exit 0, 64 (no such file, options that need an ONNX model), 1 (unreadable)."""
 
     if args.shape or args.dim or args.all_nodes:
         say("error: --shape/--dim/--all-nodes apply to ONNX models; a context binary has fixed shapes")
@@ -104,10 +105,10 @@ def _inspect_binary(args: argparse.Namespace) -> int:
         info = inspect_binary(args.model)
     except FileNotFoundError as exc:
         say(f"error: {exc}")
-        return 2
+        return EXIT_USAGE
     except ArtifactError as exc:
         say(f"error: {exc}")
-        return 1
+        return EXIT_FAILED
     print(json.dumps(info, indent=2) if args.json else format_binary(info))
     sys.stdout.flush()
     return 0
@@ -135,13 +136,13 @@ def main(args: argparse.Namespace) -> int:
                                probe=False if args.no_probe else None)
     except FileNotFoundError as exc:
         say(f"error: {exc}")
-        return 2
+        return EXIT_USAGE
     except (ValueError, InvalidArgument) as exc:
         say(f"error: {exc}")
         return EXIT_USAGE
     except RuntimeError as exc:
         say(f"error: {exc}")
-        return 1
+        return EXIT_FAILED
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:
