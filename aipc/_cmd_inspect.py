@@ -87,11 +87,7 @@ def _list_backends(as_json: bool) -> int:
         print(json.dumps([{"name": i.name, "available": i.available, "reason": i.reason, "simulated": i.simulated,
                            "real_npu": i.real_npu, "install_hint": i.install_hint} for i in infos], indent=2))
         return 0
-    for i in infos:
-        state = "available" if i.available else "unavailable"
-        kind = " (simulated)" if i.simulated else (" (NPU)" if i.real_npu else "")
-        print(f"{i.name:<8} {state}{kind}  {i.reason}" + (f"  fix: {i.install_hint}" if not i.available and
-                                                        i.install_hint else ""))
+    print(infos.describe())  # the details: whole reasons and fixes (print(infos) is one short line each)
     return 0
 
 
