@@ -71,6 +71,7 @@ def captured(tmp_path):
     return tmp_path, run
 
 
+@pytest.mark.qnn
 @skip_without_qnn
 def test_precompiled_shapes_are_cache_hits_in_the_next_aipc_run(captured):
     """The proof that the keys match: after the precompile, the app's run compiles nothing."""
@@ -97,6 +98,7 @@ def test_precompiled_shapes_are_cache_hits_in_the_next_aipc_run(captured):
     assert "0 compiled, 4 cached already, 0 failed" in again.stdout and "static.onnx  (static)" in again.stdout
 
 
+@pytest.mark.qnn
 @skip_without_qnn
 def test_failures_are_rows_with_their_type_and_exit_status_1(tmp_path):
     """A feed beyond the HTP compiler and a model changed since the capture fail alone; the rest compiles."""

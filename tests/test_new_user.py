@@ -179,6 +179,7 @@ def test_w8a16_model_under_aipc_v_has_no_partial_offload_warning(tmp_path):
     assert run.stderr.count("simulated on this host") == 1  # main: the notice, then again in the -v line
 
 
+@pytest.mark.slow  # eight `aipc … --help` processes
 def test_help_texts_fit_100_columns_and_compile_lists_its_files():
     for args in (["--help"], ["run", "--help"], ["compile", "--help"], ["inspect", "--help"], ["diff", "--help"],
                  ["capture", "--help"], ["run", "m.onnx", "--help"], ["diff", "--model", "m.onnx", "--help"]):
