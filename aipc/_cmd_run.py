@@ -10,8 +10,8 @@ Options end at the first argument that is not one of ours (the script), at ``-m 
 (``aipc -v s.py -v`` gives the script ``["s.py", "-v"]``). Abbreviated long options are not
 accepted, so a script never loses an argument to a prefix match.
 
-Our output goes to stderr, prefixed ``aipc:``: errors, onnxwrapper's warnings and a progress line
-for each compile longer than a few seconds; with ``-v`` also the backend (and that its device is
+Our output goes to stderr, prefixed ``aipc:``: errors and onnxwrapper's warnings (among them the
+progress lines of a long compile); with ``-v`` also the backend (and that its device is
 simulated on this host), one line per session saying what runs where and, at exit, each
 session's partition summary (also with ``--report-partition``). The levels are decided in one
 place, :mod:`aipc_loader._verbosity`.

@@ -2,21 +2,20 @@
 
 Levels (``-v`` counts, ``AIPC_VERBOSE=0|1|2``; the default is 0):
 
-* **0** (default, also ``AIPC_VERBOSE=0``): only what matters — onnxwrapper's warnings (a model
-  only partly on the NPU or not at all, a fallback, a compile that failed) and a progress line
-  for each step longer than a few seconds (a compile: logger ``onnxwrapper.progress``,
-  ``onnxwrapper.kernel.progress_if_slow``). A script whose sessions all run on the NPU prints
-  nothing of ours.
+* **0** (default, also ``AIPC_VERBOSE=0``): only what matters — onnxwrapper's WARNING records (a
+  model only partly on the NPU or not at all, a fallback, a compile that failed, and the progress
+  lines of a long compile, which the qnn backend logs as warnings) and errors. A script whose
+  sessions all run on the NPU prints nothing of ours.
 * **1** (``-v``): also the backend line, one line per session (what runs where) and, at exit,
   each session's partition summary (:class:`aipc_loader._report.SessionReporter`), and
-  onnxwrapper's INFO log (each specialization compiled or loaded from the cache).
+  onnxwrapper's INFO log (each shape compiled or loaded from the cache).
 * **2** (``-vv``): also onnxwrapper's DEBUG log.
 
-:func:`configure` applies a level to the ``onnxwrapper`` loggers of this process; the ``aipc``
+:func:`configure` applies a level to the ``onnxwrapper`` logger of this process; the ``aipc``
 command calls it in its own process and the child bootstrap in every Python child of an aipc run,
-so anything a backend logs follows the same rule (a new progress line needs only the progress
-logger). Python warnings (``PartialOffloadWarning``) follow Python's warning filters as in any
-script (``PYTHONWARNINGS=ignore::onnxwrapper.PartialOffloadWarning`` hides them).
+so whatever a backend logs follows the same rule, with the same prefix. Python warnings
+(``PartialOffloadWarning``) follow Python's warning filters as in any script
+(``PYTHONWARNINGS=ignore::onnxwrapper.PartialOffloadWarning`` hides them).
 """
 
 from __future__ import annotations
@@ -24,11 +23,7 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["PROGRESS_LOGGER", "configure", "shows_sessions"]
-
-#: ``onnxwrapper.kernel.PROGRESS_LOGGER``, spelt out so that this module does not import onnxruntime
-#: (the child bootstrap must not); a test checks that the two agree
-PROGRESS_LOGGER = "onnxwrapper.progress"
+__all__ = ["configure", "shows_sessions"]
 
 
 class _AipcHandler(logging.StreamHandler):
@@ -49,8 +44,6 @@ def configure(verbose: int, prefix: str = "aipc: ") -> None:
     handler.setFormatter(logging.Formatter(prefix.replace("%", "%%") + "%(message)s"))
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose >= 2 else logging.INFO if verbose == 1 else logging.WARNING)
-    # progress records pass at every level: a child logger's own level decides, not its parent's
-    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO if verbose < 2 else logging.DEBUG)
 
 
 def shows_sessions(verbose: int) -> bool:

@@ -37,7 +37,7 @@ from onnxwrapper.backends.qnn._provenance import stamp
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, ensure_registered, native_stdout_guard,
                                                qnn_versions, session_options_from_state)
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
-from onnxwrapper.kernel import ArtifactCache, CacheEntry, PartitionReport, __version__, make_key, progress_if_slow
+from onnxwrapper.kernel import ArtifactCache, CacheEntry, PartitionReport, __version__, make_key
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
            "qnn_creation_guard", "create_qnn_session", "metadata_model", "generate_epcontext", "compile_cache_key",
@@ -268,10 +268,7 @@ def cached_compile(cache: ArtifactCache, key: str, build: Callable[[str], Mappin
     """
     def logged_build(directory: str) -> Mapping[str, Any]:
         _log.info("onnxwrapper qnn: compiling %s for the QNN HTP …", note or "model")
-        # a line on onnxwrapper.progress when it takes a while (aipc shows it by default)
-        with progress_if_slow(f"onnxwrapper qnn: compiling {note or 'a model'} for the QNN HTP (once; cached for "
-                              f"later runs)"):
-            return build(directory)
+        return build(directory)
 
     entry = cache.get_or_create(key, logged_build)
     if "partition" not in entry.meta or not os.path.isfile(entry.file(entry.meta.get("ctx", CTX_NAME))):

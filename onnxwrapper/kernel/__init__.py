@@ -15,8 +15,6 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :func:`check_input` (the one validator, onnxruntime's exact errors), :func:`feed_signature`,
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
-* progress lines for long steps (a compile) — :func:`progress_if_slow`, :data:`PROGRESS_LOGGER`,
-  :data:`SLOW_AFTER_SECONDS`;
 * run plans — :class:`RunPlans`, :func:`call_key`, :func:`plannable`, :func:`screened_plan`
   (a validated kind of ``run`` call,
   looked up by its key instead of validated again);
@@ -58,7 +56,6 @@ from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning
                                            user_stacklevel)
 from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
 from onnxwrapper.kernel._host import available_memory, cpu_count
-from onnxwrapper.kernel._progress import PROGRESS_LOGGER, SLOW_AFTER_SECONDS, progress_if_slow
 from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
 from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
@@ -75,13 +72,11 @@ __all__ = [
     "NodeAssignment",
     "NonFiniteInputCheck",
     "NonFiniteInputWarning",
-    "PROGRESS_LOGGER",
     "PartialOffloadWarning",
     "PartitionReport",
     "RECORDED_METHODS",
     "RecordingSessionOptions",
     "RunPlans",
-    "SLOW_AFTER_SECONDS",
     "__version__",
     "assignment_not_enabled_error",
     "available_memory",
@@ -109,7 +104,6 @@ __all__ = [
     "numpy_to_ort_type",
     "ort_type_to_numpy",
     "plannable",
-    "progress_if_slow",
     "prune_records",
     "record_call",
     "record_digest",
