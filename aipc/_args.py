@@ -23,7 +23,7 @@ import pprint
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from aipc._cmd_run import UsageError
+from aipc._exit_codes import UsageError
 
 __all__ = ["ArgGroup", "Tool", "Plan", "Call", "Ref", "UsageError"]
 

@@ -188,16 +188,16 @@ class BackendsArgs(ArgGroup):
 class ModelRunArgs(ArgGroup):
     """Model run: warm-up, timing, where the runs go, inputs and outputs to save"""
 
-    def __init__(self, default_dir: bool) -> None:
-        self.default_dir = default_dir
+    def __init__(self, command: str) -> None:
+        self.command = command  # names the default folder: ./aipc-<command>-<date-time> (diff.default_directory)
         self.progress = None  # set by the command: tqdm bars, not written to the script
 
     def add_parser_args_impl(self, group) -> None:
         group.add_argument("--warm-up", type=int, default=0, metavar="N",
                            help="unrecorded runs of the first input before the timed iterations (default 0)")
         group.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per backend run")
-        group.add_argument("--dir", metavar="DIR", help="run directory (default: "
-                           + ("./aipc-diff-<date-time>)" if self.default_dir else "a new temporary directory)"))
+        group.add_argument("--dir", metavar="DIR",
+                           help=f"run directory (default: ./aipc-{self.command}-<date-time>, printed)")
         group.add_argument("--save-inputs", metavar="FILE.npz", help="save the inputs (aipc's tensor file)")
         group.add_argument("--save-outputs", metavar="FILE.npz",
                            help="save the outputs with their inputs (aipc's tensor file; with several runs one file "
@@ -215,12 +215,7 @@ class ModelRunArgs(ArgGroup):
         if self.save_inputs:
             plan.add(Call("diff.save_tensors", (absolute(self.save_inputs), Ref("inputs.iterations")),
                           comment="Save the inputs"))
-        if self.dir:
-            directory = absolute(self.dir)
-        elif self.default_dir:
-            directory = Call("diff.default_directory")
-        else:
-            directory = None
+        directory = absolute(self.dir) if self.dir else Call("diff.default_directory", kwargs={"command": self.command})
         kwargs = {"backends": ",".join(f"{lb}={b}" if lb != b else b for lb, b in backends.labels.items())}
         if backends.options:
             kwargs["backend_options"] = backends.options

@@ -22,21 +22,19 @@ from typing import Any
 
 import onnx
 
+from aipc._exit_codes import EXIT_USAGE
 from onnxwrapper.diff import CaptureFormatError, read_capture, sha256_file
 from onnxwrapper.kernel import control_scalars, dynamic_inputs, has_control_flow
 
-__all__ = ["CaptureProblem", "ModelPlan", "plan_capture", "EXIT_NO_CAPTURE"]
-
-#: exit status when the capture directory does not exist (as a missing script or model: 2)
-EXIT_NO_CAPTURE = 2
+__all__ = ["CaptureProblem", "ModelPlan", "plan_capture"]
 
 
 class CaptureProblem(Exception):
     """The capture directory cannot be used: ``what`` is wrong, what is ``expected``, what ``todo``.
 
     Attributes:
-        path: the directory given. status: the command's exit status (2 missing, 64 not a
-            capture / unreadable, 1 nothing recorded).
+        path: the directory given. status: the command's exit status (64: missing, not a
+            capture, unreadable, nothing recorded, no such model; :mod:`aipc._exit_codes`).
     """
 
     def __init__(self, path: str, what: str, expected: str, todo: str, status: int) -> None:
@@ -75,10 +73,10 @@ class ModelPlan:
 
 def _read(directory: str):
     if not os.path.exists(directory):
-        raise CaptureProblem(directory, "no such directory", _EXPECTED, _RECORD, EXIT_NO_CAPTURE)
+        raise CaptureProblem(directory, "no such directory", _EXPECTED, _RECORD, EXIT_USAGE)
     if not os.path.isdir(directory):
         raise CaptureProblem(directory, "is a file, not a directory", _EXPECTED,
-                             "pass the capture directory (the -o DIR of `aipc capture`)", 64)
+                             "pass the capture directory (the -o DIR of `aipc capture`)", EXIT_USAGE)
     try:
         return read_capture(directory)
     except CaptureFormatError as exc:
@@ -86,10 +84,10 @@ def _read(directory: str):
                        if os.path.isfile(os.path.join(directory, n, "capture.json")))
         todo = (f"it holds the capture(s) {', '.join(inner)}: pass one of them, e.g. --from-capture "
                 f"{os.path.join(directory, inner[0])}" if inner else _RECORD)
-        raise CaptureProblem(directory, str(exc).rstrip("."), _EXPECTED, todo, 64) from exc
+        raise CaptureProblem(directory, str(exc).rstrip("."), _EXPECTED, todo, EXIT_USAGE) from exc
     except OSError as exc:
         raise CaptureProblem(directory, f"cannot be read ({type(exc).__name__}: {exc})", _EXPECTED,
-                             "check the directory's permissions", 64) from exc
+                             "check the directory's permissions", EXIT_USAGE) from exc
 
 
 def _source(info) -> tuple[str | None, str | None]:
@@ -151,7 +149,7 @@ def plan_capture(directory: str, only: str | None = None) -> tuple[Any, list[Mod
     if not capture.calls:
         raise CaptureProblem(directory, f"the capture holds no session call ({capture.status})",
                              "a capture of a script that ran its onnxruntime sessions in its own process "
-                             "(aipc capture records no child process)", _RECORD, 1)
+                             "(aipc capture records no child process)", _RECORD, EXIT_USAGE)
     order = list(dict.fromkeys(c.model for c in capture.calls))
     if only is not None:
         wanted = os.path.abspath(only) if os.path.exists(only) else None
@@ -160,7 +158,7 @@ def plan_capture(directory: str, only: str | None = None) -> tuple[Any, list[Mod
         if not order:
             names = ", ".join(f"{k} ({capture.models[k].path or 'bytes'})" for k in capture.models)
             raise CaptureProblem(directory, f"no model of the capture is {only!r}", f"one of: {names}",
-                                 "give the model's path, file name or capture key, or leave MODEL out", 64)
+                                 "give the model's path, file name or capture key, or leave MODEL out", EXIT_USAGE)
     plans = []
     for key in order:
         info = capture.models[key]

@@ -47,7 +47,8 @@ from typing import Any
 
 import onnxwrapper
 from aipc._cmd_inspect import add_model_options, model_options
-from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, say
+from aipc._cmd_run import say
+from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE
 from aipc._qnn_profile import profile_compiled, read_qnn_profile
 from aipc._repairs import apply_to_proto, compile_option, recipe_for_file
 from onnxwrapper.backends.qnn import compile_model
@@ -194,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
     if args.max_samples < 1:
         return _fail("--max-samples must be >= 1")
     if not os.path.isfile(args.model):
-        return _fail(f"{args.model}: no such file", 2)
+        return _fail(f"{args.model}: no such file")
 
     if not any(i.name == "qnn" and i.available for i in onnxwrapper.get_available_backends()):
         return _fail("the qnn backend is not available here (pip install 'onnxwrapper[qnn]')", EXIT_UNAVAILABLE)
@@ -202,9 +203,9 @@ def main(args: argparse.Namespace) -> int:
     if not args.overwrite:
         for key in ("ctx", "qdq"):
             if key in paths and os.path.exists(paths[key]):
-                return _fail(f"{paths[key]} exists already; pass --overwrite to replace it", 1)
+                return _fail(f"{paths[key]} exists already; pass --overwrite to replace it")
         if args.dlc and os.path.isdir(paths["dlc"]) and any(n.endswith(".dlc") for n in os.listdir(paths["dlc"])):
-            return _fail(f"{paths['dlc']} holds DLCs already; pass --overwrite to replace them", 1)
+            return _fail(f"{paths['dlc']} holds DLCs already; pass --overwrite to replace them")
     steps = ["load", "patch"] + (["quantize"] if quantized else []) + ["compile"] \
         + ([] if args.no_check else ["check"]) + (["profile"] if args.profile else [])
     stages = _Stages(steps, enabled=not args.no_progress)

@@ -25,14 +25,12 @@ import argparse
 import os
 import sys
 
-from aipc._args import UsageError
+from aipc._exit_codes import EXIT_USAGE, UsageError
 from aipc._args_compare import ToleranceArgs
 from aipc._args_model import parse_backend_options
 from onnxwrapper.diff import (check, default_directory, default_jobs, estimate_run_memory, localize_failures,
                               parse_backends, parse_size, report_paths, run)
 from onnxwrapper.errors import BackendNotFoundError
-
-EXIT_USAGE = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ import json
 import sys
 
 from aipc import _cmd_run
+from aipc._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_arguments", "main"]
 
@@ -51,9 +52,9 @@ def main(args: argparse.Namespace) -> int:
         report = run_doctor(canaries, cache_dir=args.cache_dir, progress=progress)
     except ValueError as exc:
         _cmd_run.say(f"error: {exc}")
-        return _cmd_run.EXIT_USAGE
+        return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
     else:
         sys.stdout.write(report.format_text() + "\n")
-    return 0 if report.usable else 1
+    return EXIT_OK if report.usable else EXIT_FAILED

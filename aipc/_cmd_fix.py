@@ -14,7 +14,8 @@ diff the script runs once more with it. Apply a recipe with `python -m aipc --re
 `InferenceSession(..., backend_options={"repairs": FILE})` or `aipc compile --repairs FILE`.
 
 Exit status: 0 every failing model repaired (and the confirmation run passed) · 1 not all repaired ·
-2 nothing to repair, or the unrepaired model could not be replayed · 64 usage error.
+2 the unrepaired model could not be replayed · 3 nothing to repair · 64 usage error (the table of
+`aipc --help`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import argparse
 import os
 import sys
 
+from aipc._exit_codes import EXIT_USAGE
 from onnxwrapper.diff import REMEDIES, fix
 
-EXIT_USAGE = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,8 @@ import json
 import sys
 
 import onnxwrapper
-from aipc._cmd_run import EXIT_USAGE, say
+from aipc._cmd_run import say
+from aipc._exit_codes import EXIT_FAILED, EXIT_USAGE
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.toolkit import format_binary, inspect_binary, inspect_model, parse_dim_arg, parse_shape_arg
 
@@ -86,16 +87,12 @@ def _list_backends(as_json: bool) -> int:
         print(json.dumps([{"name": i.name, "available": i.available, "reason": i.reason, "simulated": i.simulated,
                            "real_npu": i.real_npu, "install_hint": i.install_hint} for i in infos], indent=2))
         return 0
-    for i in infos:
-        state = "available" if i.available else "unavailable"
-        kind = " (simulated)" if i.simulated else (" (NPU)" if i.real_npu else "")
-        print(f"{i.name:<8} {state}{kind}  {i.reason}" + (f"  fix: {i.install_hint}" if not i.available and
-                                                        i.install_hint else ""))
+    print(infos.describe())  # the details: whole reasons and fixes (print(infos) is one short line each)
     return 0
 
 
 def _inspect_binary(args: argparse.Namespace) -> int:
-    """``aipc inspect MODEL.bin``: exit 0, 2 (no such file), 64 (options that need an ONNX model), 1 (unreadable)."""
+    """``aipc inspect MODEL.bin``: exit 0, 64 (no such file, options that need an ONNX model), 1 (unreadable)."""
 
     if args.shape or args.dim or args.all_nodes:
         say("error: --shape/--dim/--all-nodes apply to ONNX models; a context binary has fixed shapes")
@@ -104,10 +101,10 @@ def _inspect_binary(args: argparse.Namespace) -> int:
         info = inspect_binary(args.model)
     except FileNotFoundError as exc:
         say(f"error: {exc}")
-        return 2
+        return EXIT_USAGE
     except ArtifactError as exc:
         say(f"error: {exc}")
-        return 1
+        return EXIT_FAILED
     print(json.dumps(info, indent=2) if args.json else format_binary(info))
     sys.stdout.flush()
     return 0
@@ -135,13 +132,13 @@ def main(args: argparse.Namespace) -> int:
                                probe=False if args.no_probe else None)
     except FileNotFoundError as exc:
         say(f"error: {exc}")
-        return 2
+        return EXIT_USAGE
     except (ValueError, InvalidArgument) as exc:
         say(f"error: {exc}")
         return EXIT_USAGE
     except RuntimeError as exc:
         say(f"error: {exc}")
-        return 1
+        return EXIT_FAILED
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
     else:

@@ -27,7 +27,9 @@ from aipc._args import Plan, Tool, UsageError
 from aipc._args_compare import CompareArgs, LocalizeArgs, ReportArgs, ToleranceArgs
 from aipc._args_model import (BackendArgs, BackendsArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs, ModelArgs,
                               ModelRunArgs, argv_text)
-from aipc._cmd_run import EXIT_USAGE, _Parser, say
+from aipc._cmd_run import _Parser, say
+from aipc._exit_codes import EXIT_USAGE
+from onnxwrapper.diff import default_directory
 
 __all__ = ["run_model_command", "diff_model_command", "is_model_path", "build_tool"]
 
@@ -41,7 +43,7 @@ def build_tool(command: str) -> Tool:
     """The argument groups of ``aipc run MODEL`` (``command="run"``) or ``aipc diff --model``."""
     run = command == "run"
     return Tool(ModelArgs(positional=run or command == "diff-positional"), DataLoaderArgs(),
-                BackendArgs() if run else BackendsArgs(), ModelRunArgs(default_dir=not run), GoldenArgs(),
+                BackendArgs() if run else BackendsArgs(), ModelRunArgs("run" if run else "diff"), GoldenArgs(),
                 ToleranceArgs(), LocalizeArgs(), ReportArgs(default_reports=not run), CompareArgs(), GenScriptArgs())
 
 
@@ -68,6 +70,7 @@ def diff_model_command(argv: Sequence[str]) -> int:
 def _main(command: str, argv: list[str], prog: str, usage: str) -> int:
     tool = build_tool(command)
     parser = _parser(prog, tool, usage)
+    prefix = f"{prog}: "  # errors name the command, as `aipc diff SCRIPT`'s do
     try:
         args = parser.parse_args(argv)
         tool.parse(args)
@@ -76,22 +79,25 @@ def _main(command: str, argv: list[str], prog: str, usage: str) -> int:
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     except UsageError as exc:
-        say(f"error: {exc}")
-        say(f"try '{prog} --help'")
+        say(f"error: {exc}", prefix)
+        say(f"try '{prog} --help'", prefix)
         return EXIT_USAGE
     if tool[GenScriptArgs].path:
         return _write_script(tool, prog, argv)
+    runs_args = tool[ModelRunArgs]
+    runs_args.dir = os.path.abspath(runs_args.dir or default_directory(command=runs_args.command))
+    say(f"results in {runs_args.dir}", prefix)
     close = _progress(tool)
     plan = tool.plan(Plan())
     try:
         status = plan.run()
     except UsageError as exc:
-        say(f"error: {exc}")
+        say(f"error: {exc}", prefix)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the API's input errors are usage errors here
         if not _is_usage_problem(exc):
             raise
-        say(f"error: {exc}")
+        say(f"error: {exc}", prefix)
         return EXIT_USAGE
     finally:
         close()
@@ -99,7 +105,7 @@ def _main(command: str, argv: list[str], prog: str, usage: str) -> int:
     written = [p for p in (getattr(result, "directory", None) and os.path.join(result.directory, n)
                            for n in ("report.json", "report.html")) if p and os.path.exists(p)]
     if runs is not None:
-        say(f"run directory: {runs.directory}" + (f"; reports: {', '.join(written)}" if written else ""))
+        say(f"run directory: {runs.directory}" + (f"; reports: {', '.join(written)}" if written else ""), prefix)
     return int(status or 0)
 
 

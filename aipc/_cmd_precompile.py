@@ -26,8 +26,8 @@ memory (a worker needs ≈ 180 MiB, more while compiling a large model) and by 8
 Output: a progress bar per signature (on a terminal), then one row per signature — model, shapes,
 origin (compiled now / cached already / failed with the error's type and message) and seconds —
 and the totals with the wall time. Exit status: 0 when every signature is in the cache, 1 when one
-failed (the others are still compiled), 2 no such capture directory, 64 usage error or not a
-capture, 69 the qnn backend is not available here.
+failed (the others are still compiled), 64 usage error, or no such capture directory, or not a
+capture, 69 the qnn backend is not available here (the table of `aipc --help`).
 """
 
 from __future__ import annotations
@@ -46,15 +46,13 @@ from tqdm import tqdm
 
 import onnxwrapper
 from aipc._capture_signatures import CaptureProblem, ModelPlan, plan_capture
-from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, resolve_settings, say
+from aipc._cmd_run import resolve_settings, say
+from aipc._exit_codes import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
 from onnxwrapper.backends.qnn import WorkerPool, default_jobs, precompile
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import default_cache_dir
 
-__all__ = ["add_arguments", "main", "EXIT_FAILED"]
-
-#: exit status when at least one signature could not be compiled
-EXIT_FAILED = 1
+__all__ = ["add_arguments", "main"]
 
 #: options of `aipc compile MODEL -o OUT` that mean nothing here, with why
 _SINGLE_MODEL_ONLY = {"-o": "the compiled specializations go to the compile cache (--cache-dir)",
@@ -217,6 +215,24 @@ def _summary(capture, plans: list[ModelPlan], rows: dict, options: dict, jobs: i
         "counts": counts, "models": models}
 
 
+def _note_recording(metadata: dict, models: int, options: dict) -> None:
+    """Say when the capture's shapes may not be the NPU run's: recorded on the CPU with several models
+    (a later model's shapes may follow an earlier model's FP16 outputs), or on other backend options."""
+    if metadata.get("command") != "aipc capture":
+        return
+    recorded = metadata.get("backend") or "cpu"  # captures before --backend ran on the CPU
+    if recorded == "cpu" and models > 1:
+        say("note: this capture ran on the CPU; a model fed another model's outputs may get other shapes on the "
+            "NPU (FP16) and compile at the run. Capture on the target to precompile exactly what it runs: "
+            "aipc capture --backend qnn -o DIR script.py")
+    elif recorded == "qnn":
+        differ = sorted(k for k in ("target", "precision") if (metadata.get("backend_options") or {}).get(k)
+                        != options.get(k))
+        if differ:
+            say(f"note: the capture ran with other backend options ({', '.join(differ)}); the shapes are that "
+                f"run's")
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``aipc compile --from-capture``; returns the exit status (see the module docstring)."""
     if args.jobs is not None and args.jobs < 1:
@@ -232,6 +248,7 @@ def main(args: argparse.Namespace) -> int:
     except CaptureProblem as exc:
         say(f"error: {exc}")
         return exc.status
+    _note_recording(capture.metadata, len(plans), options)
     if capture.status != "complete":
         say(f"warning: the capture is {capture.status}"
             + (f" ({capture.truncated.get('reason')})" if capture.truncated else " (the script did not end normally)")

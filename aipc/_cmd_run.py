@@ -10,42 +10,37 @@ Options end at the first argument that is not one of ours (the script), at ``-m 
 (``aipc -v s.py -v`` gives the script ``["s.py", "-v"]``). Abbreviated long options are not
 accepted, so a script never loses an argument to a prefix match.
 
-Our output goes to stderr, prefixed ``aipc:``: errors, the one-line notice that the backend's
-device is simulated on this host, one line per session of an NPU backend saying what runs where
-(every session with ``-v``), with ``-v`` the backend and, at exit, each session's partition
-summary (also with ``--report-partition``).
+Our output goes to stderr, prefixed ``aipc:``: errors and onnxwrapper's warnings (among them the
+progress lines of a long compile); with ``-v`` also the backend (and that its device is
+simulated on this host), one line per session saying what runs where and, at exit, each
+session's partition summary (also with ``--report-partition``). The levels are decided in one
+place, :mod:`aipc_loader._verbosity`.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from aipc_loader import _env, _patch, _script
+from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
+from aipc._option_suggest import with_suggestion
+from aipc_loader import _env, _patch, _script, _verbosity
 from aipc_loader._bootstrap import export_to_environment
-from aipc_loader._report import PREFIX, SessionReporter, say
+from aipc_loader._report import SessionReporter, say
 
 __all__ = ["add_arguments", "main", "run_command", "run_help", "split_argv", "resolve_settings", "RunSettings",
            "SessionReporter", "UsageError", "EXIT_USAGE", "EXIT_UNAVAILABLE"]
-
-EXIT_USAGE = 64          # sysexits EX_USAGE: bad options, bad environment values, bad backend/option
-EXIT_UNAVAILABLE = 69    # sysexits EX_UNAVAILABLE: the backend (or a subcommand) cannot run here
 
 _VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir", "--repairs", "--compile-timeout",
                   "--compile-memory-mb"}
 
 
-class UsageError(Exception):
-    """A command-line or environment usage error (exit status 64)."""
-
-
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would exit 2; our usage errors are 64
-        raise UsageError(message)
+    def error(self, message):  # argparse would exit 2; our usage errors are 64, with the nearest option
+        raise UsageError(with_suggestion(self, message))
 
 
 def _positive(option: str, integer: bool = False):
@@ -208,14 +203,6 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
         raise UsageError(str(exc)) from exc
 
 
-def _enable_logging(verbose: int) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(PREFIX + "%(message)s"))
-    logger = logging.getLogger("onnxwrapper")
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG if verbose >= 2 else logging.INFO)
-
-
 def build_parser(prog: str = "aipc run") -> argparse.ArgumentParser:
     """The argparse parser for the run options (no positionals: see :func:`split_argv`)."""
     parser = _Parser(prog=prog, add_help=True, allow_abbrev=False,
@@ -274,8 +261,7 @@ def _launch(invocation: _Invocation, settings: RunSettings) -> int:
     from onnxwrapper.errors import (BackendNotFoundError, BackendOptionError, BackendUnavailableError,
                                     BackendValidationError)
 
-    if settings.verbose:
-        _enable_logging(settings.verbose)
+    _verbosity.configure(settings.verbose)
     try:
         name, options, availability = _validated(settings)
     except (BackendNotFoundError, BackendOptionError) as exc:
@@ -287,11 +273,9 @@ def _launch(invocation: _Invocation, settings: RunSettings) -> int:
     reason = availability.reason or "simulated device"
     simulated = (f"simulated on this host: {reason}"
                  + ("" if "not device speed" in reason else ": device numerics, not device speed"))
-    if settings.verbose:  # one line: the simulated-device notice is part of it
+    if _verbosity.shows_sessions(settings.verbose):  # one line: the simulated-device notice is part of it
         say(f"backend '{name}' ({simulated if availability.simulated else availability.reason}), options "
             f"{options or '{}'}; running {'-m ' if invocation.kind == 'module' else ''}{invocation.target}")
-    elif availability.simulated:
-        say(f"backend '{name}' is {simulated}")
     SessionReporter(verbose=settings.verbose, report_partition=settings.report_partition).start()
     config = _env.ChildConfig(name, options, settings.verbose, settings.report_partition)
     export_to_environment(config)
@@ -302,7 +286,7 @@ def _launch(invocation: _Invocation, settings: RunSettings) -> int:
         return _script.run_path_as_main(invocation.target, invocation.args, restore=False)
     except _script.LaunchError as exc:
         say(f"error: {exc}")
-        return exc.exit_status
+        return EXIT_USAGE  # aipc's own error before the script started (Python would say 2 or 1)
 
 
 def _validated(settings: RunSettings):

@@ -15,10 +15,11 @@ A subcommand other than ``run`` lives in ``aipc._cmd_<name>``, a module exposing
 module that cannot be imported is an error of that subcommand only (exit status 69). A script
 whose name equals a subcommand runs with ``aipc run NAME`` or ``aipc ./NAME``.
 
-Exit status: the script's own (as ``python`` computes it; 130 after KeyboardInterrupt), or 64
-for usage errors (bad option, bad environment value, unknown backend or backend option), 69
-when the backend or subcommand is not available here, 2 when the script cannot be opened and 1
-when a module cannot be found (as Python).
+Exit status: one table for every command (:mod:`aipc._exit_codes`, printed by ``aipc --help``);
+``aipc run SCRIPT`` returns the script's own status once it has started (as ``python`` computes
+it; 130 after KeyboardInterrupt), and 64 (usage or input error: bad option, bad environment
+value, unknown backend or backend option, a script or module that cannot be found, an unknown
+subcommand) or 69 (backend or subcommand not available here) before.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Sequence
 
 from aipc import _cmd_run
 from aipc._console_encoding import make_output_safe
+from aipc._exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, table_text
 from aipc_loader import _env
 
 __all__ = ["main", "SUBCOMMANDS", "help_text"]
@@ -80,8 +82,10 @@ def help_text() -> str:
         "",
         "Options win over environment variables. An option set only by the environment is ignored",
         "(with a -v note) when the chosen backend has no such option; given on the command line it is",
-        "an error. Exit status: the script's own; 64 usage error; 69 backend or subcommand not",
-        "available; 2 script cannot be opened; 130 interrupted.",
+        "an error.",
+        "",
+        "exit status (every command; 'aipc run SCRIPT': the script's own once it has started):",
+        table_text(),
         "",
     ]
     return "\n".join(lines)
@@ -107,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _cmd_run.say("error: no script given")
         _cmd_run.say("usage: aipc [options] script.py [args…] | aipc [options] -m module [args…] | aipc SUBCOMMAND …")
         _cmd_run.say("try 'aipc --help'")
-        return _cmd_run.EXIT_USAGE
+        return EXIT_USAGE
     first = argv[0]
     if first in ("-h", "--help"):
         sys.stdout.write(help_text())
@@ -130,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     typo = _subcommand_typo(first)
     if typo:
         _cmd_run.say(f"error: can't open file '{first}': no such file; did you mean 'aipc {typo}'?")
-        return 2
+        return EXIT_USAGE
     return _cmd_run.run_command(argv, help_text=help_text)
 
 
@@ -173,13 +177,14 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
     make_output_safe()  # a report must not die on a cp1252 console (aipc._console_encoding)
     default_module, text = SUBCOMMANDS[name]
     module_name = module_name or default_module
+    prefix = f"aipc {name}: "  # errors of a subcommand name it, as its own messages do
     try:
         module = importlib.import_module(module_name)
         add_arguments, entry = module.add_arguments, module.main
     except Exception as exc:  # noqa: BLE001 - a broken subcommand must not break the others
         _cmd_run.say(f"error: subcommand '{name}' is not available in this installation "
-                     f"({type(exc).__name__}: {exc})")
-        return _cmd_run.EXIT_UNAVAILABLE
+                     f"({type(exc).__name__}: {exc})", prefix)
+        return EXIT_UNAVAILABLE
     parser = _cmd_run._Parser(prog=f"aipc {name}", description=(module.__doc__ or text).strip(),
                               formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_arguments(parser)
@@ -187,16 +192,16 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
-    except _cmd_run.UsageError as exc:
-        _cmd_run.say(f"error: {exc}")
-        _cmd_run.say(f"try 'aipc {name} --help'")
-        return _cmd_run.EXIT_USAGE
+    except UsageError as exc:
+        _cmd_run.say(f"error: {exc}", prefix)
+        _cmd_run.say(f"try 'aipc {name} --help'", prefix)
+        return EXIT_USAGE
     from onnxwrapper.errors import OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except OnnxwrapperError as exc:
-        _cmd_run.say(f"error: {exc}")
-        return 1
+        _cmd_run.say(f"error: {exc}", prefix)
+        return EXIT_FAILED

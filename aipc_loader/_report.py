@@ -1,6 +1,7 @@
-"""What an aipc run reports on stderr about the sessions it redirected: one line per session
-saying what runs where (by default for NPU backends, with ``-v`` for every backend) and, at
-interpreter exit, each session's partition summary (``-v`` / ``--report-partition``).
+"""What an aipc run reports on stderr about the sessions it redirected, with ``-v``: one line per
+session saying what runs where and, at interpreter exit, each session's partition summary (also
+with ``--report-partition``). At the default verbosity it says nothing: what matters there comes
+as onnxwrapper's warnings (``aipc_loader._verbosity``).
 
 Used by the ``aipc`` command in its own process and by the child-process bootstrap
 (:mod:`aipc_loader._bootstrap`) in every Python child of an aipc run, so it lives with the hot
@@ -16,6 +17,7 @@ import threading
 import weakref
 
 from aipc_loader import _patch
+from aipc_loader._verbosity import shows_sessions
 
 __all__ = ["PREFIX", "say", "SessionReporter"]
 
@@ -33,12 +35,11 @@ def say(message: str, prefix: str = PREFIX) -> None:
 
 
 class SessionReporter:
-    """Reports redirected sessions: a line per creation — what runs where, from the session's
-    partition (e.g. ``session 1: det.onnx on backend 'qnn' (0.52 s): QNNExecutionProvider 9/9
-    nodes, 1 partition``, or ``runs on CPU: QNNExecutionProvider took none of its 1 node(s) (Identity) …``) — for every
-    session of an NPU backend (``placement``) and with ``verbose`` for every session; and at
-    interpreter exit (``atexit``, after the script's own handlers) each session's partition
-    summary with ``verbose`` or ``report_partition``.
+    """Reports redirected sessions: with ``verbose``, a line per creation — what runs where, from
+    the session's partition (e.g. ``session 1: det.onnx on backend 'qnn' (0.52 s):
+    QNNExecutionProvider 9/9 nodes, 1 partition``, or ``runs on CPU: QNNExecutionProvider took none
+    of its 1 node(s) (Identity) …``); and at interpreter exit (``atexit``, after the script's own
+    handlers) each session's partition summary with ``verbose`` or ``report_partition``.
 
     The summary comes from ``session.get_partition()`` at exit for sessions still alive, else
     the last one its backend session reported when the session was collected; ``None`` means the
@@ -46,10 +47,8 @@ class SessionReporter:
     ``os._exit`` under multiprocessing, so they print no exit report.
     """
 
-    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX,
-                 placement: bool = True) -> None:
+    def __init__(self, *, verbose: int = 0, report_partition: bool = False, prefix: str = PREFIX) -> None:
         self.verbose, self.report_partition, self.prefix = verbose, report_partition, prefix
-        self.placement = placement
         self._pid = os.getpid()
         self._records: list[dict] = []
         self._lock = threading.Lock()
@@ -58,7 +57,7 @@ class SessionReporter:
     def start(self) -> "SessionReporter":
         """Listen to the patch and register the exit report."""
         self._undo = _patch.add_session_listener(self.on_session)
-        if self.verbose or self.report_partition:
+        if shows_sessions(self.verbose) or self.report_partition:
             atexit.register(self.report)
         return self
 
@@ -77,7 +76,7 @@ class SessionReporter:
                 self.prefix = f"aipc[{self._pid}]: "
             self._records.append(record)
             number = len(self._records)
-        if self.verbose or (self.placement and _is_npu(backend)):
+        if shows_sessions(self.verbose):
             say(f"session {number}: {label} on backend '{backend}' ({seconds:.2f} s): {_placement(session, record)}",
                 self.prefix)
 
@@ -98,15 +97,6 @@ class SessionReporter:
                 except Exception as exc:  # noqa: BLE001
                     text = f"not available ({type(exc).__name__}: {exc})"
             say(f"partition {number}: {record['label']} [{record['backend']}]: {text}", self.prefix)
-
-
-def _is_npu(backend: str) -> bool:
-    try:
-        from onnxwrapper._registry import default_registry  # imported by now: the session exists
-
-        return bool(default_registry().get(backend).npu)
-    except Exception:  # noqa: BLE001 - a report must not break the script
-        return False
 
 
 def _placement(session, record: dict) -> str:

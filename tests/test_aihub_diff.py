@@ -24,6 +24,8 @@ sys.path.insert(0, str(FAKES))
 import aihub_cases as cases  # noqa: E402
 from fake_backends import plugin_distribution  # noqa: E402
 
+pytestmark = pytest.mark.slow  # outside the fast subset: `aipc diff` runs of the OCR example and others
+
 sys.path.remove(str(FAKES))
 
 DEVICE = "Samsung Galaxy S25"

@@ -71,6 +71,7 @@ def captured(tmp_path):
     return tmp_path, run
 
 
+@pytest.mark.qnn
 @skip_without_qnn
 def test_precompiled_shapes_are_cache_hits_in_the_next_aipc_run(captured):
     """The proof that the keys match: after the precompile, the app's run compiles nothing."""
@@ -97,6 +98,7 @@ def test_precompiled_shapes_are_cache_hits_in_the_next_aipc_run(captured):
     assert "0 compiled, 4 cached already, 0 failed" in again.stdout and "static.onnx  (static)" in again.stdout
 
 
+@pytest.mark.qnn
 @skip_without_qnn
 def test_failures_are_rows_with_their_type_and_exit_status_1(tmp_path):
     """A feed beyond the HTP compiler and a model changed since the capture fail alone; the rest compiles."""
@@ -134,7 +136,7 @@ def _run(capsys, *args) -> tuple[int, str, str]:
 
 def test_a_missing_directory_or_a_file_says_what_a_capture_is_and_how_to_make_one(tmp_path, capsys):
     status, _, err = _run(capsys, "--from-capture", tmp_path / "nope")
-    assert status == 2 and "no such directory" in err and "aipc capture -o DIR" in err
+    assert status == 64 and "no such directory" in err and "aipc capture -o DIR" in err
     (tmp_path / "f.txt").write_text("x")
     status, _, err = _run(capsys, "--from-capture", tmp_path / "f.txt")
     assert status == 64 and "is a file, not a directory" in err
@@ -151,7 +153,7 @@ def test_not_a_capture_points_at_the_captures_inside_it(tmp_path, capsys):
     status, _, err = _run(capsys, "--from-capture", tmp_path / "run")
     assert status == 64 and f"--from-capture {tmp_path / 'run' / 'cpu'}" in err
     status, _, err = _run(capsys, "--from-capture", tmp_path / "run" / "cpu")
-    assert status == 1 and "holds no session call" in err
+    assert status == 64 and "holds no session call" in err
 
 
 def test_options_of_single_model_compiles_and_bad_values_are_usage_errors(tmp_path, capsys):

@@ -71,7 +71,7 @@ def test_inspect_static_shapes_and_usage_errors(tmp_path):
     assert proc.returncode == 64 and "rank" in proc.stderr.lower()
     proc = aipc("inspect", path, "--dim", "batch=1")
     assert proc.returncode == 64 and "no dynamic dim named 'batch'" in proc.stderr
-    assert aipc("inspect", tmp_path / "missing.onnx").returncode == 2
+    assert aipc("inspect", tmp_path / "missing.onnx").returncode == 64
     proc = aipc("inspect")
     assert proc.returncode == 0 and proc.stdout.startswith("cpu")
 
@@ -105,7 +105,7 @@ def test_inspect_context_binary(tmp_path, monkeypatch):
     bogus.write_bytes(b"\0" * 128)
     proc = aipc("inspect", bogus)
     assert proc.returncode == 1 and "not a QNN context binary" in proc.stderr
-    assert aipc("inspect", tmp_path / "missing.bin").returncode == 2
+    assert aipc("inspect", tmp_path / "missing.bin").returncode == 64
 
 
 # -- capture ---------------------------------------------------------------------------------------
@@ -128,7 +128,8 @@ def test_capture_leading_and_trailing_forms(workdir):
     (workdir / "notacapture").mkdir()
     proc = aipc("capture", "-o", workdir / "notacapture", "--overwrite", workdir / "script.py", "x", 1, 1)
     assert proc.returncode == 64 and "not a capture directory" in proc.stderr
-    assert aipc("capture", workdir / "script.py").returncode == 64  # no -o anywhere
+    proc = aipc("capture", workdir / "script.py", workdir / "cnn.onnx", 1, 1, cwd=workdir)  # no -o anywhere
+    assert proc.returncode == 0 and len(list(workdir.glob("aipc-capture-*"))) == 1, proc.stderr
 
 
 # -- compile ---------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import pytest
 
 from tests.test_diff_support import aipc_diff, child_env, conv_project, write_script  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.slow  # outside the fast subset: `aipc diff` runs, a child per backend
+
 
 def _report(directory) -> dict:
     return json.loads((directory / "report.json").read_text())

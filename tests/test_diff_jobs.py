@@ -20,6 +20,8 @@ from onnxwrapper.diff._result import BackendRun
 from onnxwrapper.diff._schedule import (RUN_BASE_BYTES, Task, default_jobs, estimate_run_memory, run_tasks)
 from tests.test_diff_support import aipc_diff, child_env, conv_project, write_script  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.slow  # outside the fast subset: parallel `aipc diff` runs
+
 TIMED_SCRIPT = """
     import json, os, time
     import numpy as np

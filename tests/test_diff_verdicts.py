@@ -21,6 +21,8 @@ from onnxwrapper import diff
 from tests import models
 from tests.test_diff_support import aipc_diff, child_env, deep_mlp, mlp_project, write_script  # noqa: F401
 
+pytestmark = pytest.mark.slow  # outside the fast subset: `aipc diff` runs, a child per backend
+
 FP16 = ["--backend-option", "perturb:fp16=true", "--backend-option", "perturb:precision=fp16"]
 
 

@@ -88,7 +88,7 @@ def test_tolerances_survive_the_report_round_trip():
 
 def test_report_text_and_exit_status():
     result = diff.FixResult(directory="d")
-    assert result.exit_status == 2 and "nothing to repair" in result.text()
+    assert result.exit_status == 3 and "nothing to repair" in result.text()
     from onnxwrapper.diff._fix_report import ModelFix
 
     m = ModelFix("qnn", "pow-123", "a" * 64, {"cause": "node", "culprit": {"node": "pow"}}, [(1, 0)])

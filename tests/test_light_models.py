@@ -20,6 +20,8 @@ from onnx import numpy_helper
 
 import onnxwrapper
 
+pytestmark = pytest.mark.slow  # outside the fast subset: real-architecture models, bit for bit
+
 LIGHT_DIR = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = sorted(p for p in glob.glob(os.path.join(LIGHT_DIR, "light_*.onnx")))
 

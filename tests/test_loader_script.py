@@ -131,13 +131,13 @@ def test_keyboard_interrupt_exits_130_with_pythons_traceback(tmp_path):
     assert ours.stderr.endswith(b"KeyboardInterrupt\n")
 
 
-def test_cannot_open_and_no_module_match_python_statuses(tmp_path):
+def test_cannot_open_and_no_module_are_usage_errors_with_pythons_messages(tmp_path):
     missing = aipc(["--backend", "cpu", "nope.py"], cwd=tmp_path)
-    assert missing.returncode == 2
+    assert missing.returncode == 64  # the table of every command; Python would exit 2
     assert missing.stderr.startswith("aipc: error: can't open file ")
     assert "[Errno 2] No such file or directory" in missing.stderr
     nomod = aipc(["--backend", "cpu", "-m", "no_such_module_x"], cwd=tmp_path)
-    assert nomod.returncode == 1 and "No module named no_such_module_x" in nomod.stderr
+    assert nomod.returncode == 64 and "No module named no_such_module_x" in nomod.stderr
 
 
 # -- in-process API -------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ from tests.conftest import qnn_available
 from tests.test_diff_api import perturb_registered  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, overflow_model  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.slow  # outside the fast subset: `aipc run/diff MODEL` child processes
+
 
 def multi_dtype() -> bytes:
     """Identity of five inputs: f float[N,4], u8 uint8[2,2], i8 int8[3], ids int64["B"], mask bool[2]."""

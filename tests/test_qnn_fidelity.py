@@ -257,7 +257,7 @@ def test_an_unchanged_onnxruntime_script_under_aipc(tmp_path):
     (tmp_path / "abs.onnx").write_bytes(models.abs_free_dimensions())
     models.write_pad_with_user_initializer(tmp_path)
     (tmp_path / "s.py").write_text(_UNCHANGED)
-    result = aipc(["--backend", "qnn", "--cache-dir", str(tmp_path / "cache"), "s.py"], cwd=tmp_path)
+    result = aipc(["-v", "--backend", "qnn", "--cache-dir", str(tmp_path / "cache"), "s.py"], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["available True",
                                           "abs [4, 6, 5] ['QNNExecutionProvider', 'CPUExecutionProvider']",

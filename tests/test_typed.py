@@ -12,6 +12,8 @@ import zipfile
 
 import pytest
 
+pytestmark = pytest.mark.slow  # outside the fast subset: mypy --strict over the public API
+
 ROOT = pathlib.Path(__file__).parents[1]
 USER_SCRIPT = ROOT / "tests" / "typing" / "user_script.py"
 

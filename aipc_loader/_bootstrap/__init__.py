@@ -35,6 +35,7 @@ from typing import Callable, MutableMapping
 from aipc_loader import _patch
 from aipc_loader._env import ACTIVE_VARIABLE, ChildConfig, decode_child_config, encode_child_config
 from aipc_loader._report import SessionReporter
+from aipc_loader._verbosity import configure
 
 __all__ = ["BOOTSTRAP_DIR", "export_to_environment", "activate_from_environment"]
 
@@ -93,6 +94,7 @@ def activate_from_environment(environ=None) -> bool:
     config = decode_child_config(text)
 
     _patch._activate(_patch.Activation(config.backend, dict(config.backend_options)))
+    configure(config.verbose, prefix=f"aipc[{os.getpid()}]: ")
     SessionReporter(verbose=config.verbose, report_partition=config.report_partition,
                     prefix=f"aipc[{os.getpid()}]: ").start()
     return True

@@ -53,6 +53,23 @@ def _convert_companion(value: Any):
     return companion_option(value)
 
 
+_float_precision = convert_choice("fp16", "fp32")
+
+
+def _convert_precision(value: Any) -> str:
+    """'fp16' or 'fp32'; an 8-bit word ('int8', 'w8a8', …) gets the way to a quantized model."""
+    try:
+        return _float_precision(value)
+    except ValueError:
+        text = str(value).strip().lower()
+        if not text.startswith(("int", "uint", "w8", "w4", "a8", "a16", "qdq", "quant")):
+            raise
+        raise ValueError(f"expected one of: fp16, fp32. A session runs a float model at fp16 or fp32; {text!r} "
+                         f"means a quantized (QDQ) model: make one with `aipc compile MODEL --precision w8a8 "
+                         f"--calibration DIR` (or w8a16, 16-bit activations) and open the model it writes. See "
+                         f"'Choosing a precision' (docs/precision.md).") from None
+
+
 def _convert_cache_dir(value: Any) -> str:
     if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
         raise TypeError("expected a directory path (str or os.PathLike)")
@@ -68,7 +85,7 @@ _DOCS = {
     "htp_arch": "Raw Hexagon arch: 68, 69, 73, 75, 79, 81 (or 'v73'); default from the target.",
     "precision": "'fp16' (default: the HTP's float math) or 'fp32' (x86-64 simulator only, soc_model=30: an fp32 "
                  "reference, not a device mode; no fp32 kernels for Gather, LSTM, GRU, HardSigmoid, … — see "
-                 "docs/backends/qnn.md).",
+                 "docs/backends/qnn.md; quantized models: docs/precision.md).",
     "htp_performance_mode": f"HTP power/performance mode: {', '.join(PERFORMANCE_MODES)} (ORT QNN EP docs; no "
                             f"effect in the simulator).",
     "strict": "True: any node outside the QNN EP raises PartitionError (default False: warn once).",
@@ -107,7 +124,7 @@ OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defau
     ("target", None, convert_target),
     ("soc_model", None, convert_soc_model),
     ("htp_arch", None, convert_htp_arch),
-    ("precision", "fp16", convert_choice("fp16", "fp32")),
+    ("precision", "fp16", _convert_precision),
     ("htp_performance_mode", None, convert_choice(*PERFORMANCE_MODES)),
     ("strict", False, convert_bool),
     ("profiling", "off", convert_choice(*PROFILING_LEVELS)),

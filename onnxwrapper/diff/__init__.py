@@ -68,6 +68,7 @@ from onnxwrapper.diff._fix_report import FixResult
 from onnxwrapper.diff._result import (
     EXIT_BACKEND_FAILED,
     EXIT_MISMATCH,
+    EXIT_NOTHING_TO_REPAIR,
     EXIT_OK,
     EXIT_USAGE,
     STATES,
@@ -92,7 +93,7 @@ from onnxwrapper.diff._tolerance import (
 __all__ = [  # sorted (tests/test_architecture.py); a literal list, so type checkers see the exports
     "AppComparison", "BackendRun", "Call", "CallComparison", "Capture", "CaptureFormatError", "CaptureHandle",
     "CaptureLimitWarning", "CaptureWriter", "DEFAULT_MAX_BYTES", "DiffAssertionError", "DiffResult",
-    "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_OK", "EXIT_USAGE", "FORMAT", "FORMAT_VERSION", "FixResult",
+    "EXIT_BACKEND_FAILED", "EXIT_MISMATCH", "EXIT_NOTHING_TO_REPAIR", "EXIT_OK", "EXIT_USAGE", "FORMAT", "FORMAT_VERSION", "FixResult",
     "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS", "REMEDIES", "STATES",
     "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances", "assert_backends_agree",
     "assert_close", "candidate_tensors", "check", "compare", "compare_arrays", "compare_captures",

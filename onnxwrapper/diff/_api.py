@@ -46,10 +46,19 @@ def report_paths(directory: str, check: bool = False) -> tuple[str, str]:
     return stem + ".json", stem + ".html"
 
 
-def default_directory(base: str | None = None) -> str:
-    """``<base or cwd>/aipc-diff-<UTC date-time>`` (made unique with a suffix when it exists)."""
+def default_directory(base: str | None = None, command: str = "diff") -> str:
+    """``<base or cwd>/aipc-<command>-<UTC date-time>`` (made unique with a suffix when it exists).
+
+    The one rule of every aipc command that writes a run folder (``aipc diff``, ``aipc diff
+    --model``, ``aipc run MODEL.onnx``, ``aipc capture``) when no folder is given: a new folder
+    in the working directory, named after the command (docs/loader.md, "Where results go").
+
+    Args:
+        base: the parent folder. Defaults to the working directory.
+        command: the command's name in the folder's name (``"diff"``, ``"run"``, ``"capture"``).
+    """
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(base or os.getcwd(), f"aipc-diff-{stamp}")
+    path = os.path.join(base or os.getcwd(), f"aipc-{command}-{stamp}")
     candidate, n = path, 1
     while os.path.exists(candidate):
         n += 1

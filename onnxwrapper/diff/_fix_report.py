@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from onnxwrapper.diff._report_json import sanitize
+from onnxwrapper.diff._result import EXIT_BACKEND_FAILED, EXIT_MISMATCH, EXIT_NOTHING_TO_REPAIR, EXIT_OK
 
 __all__ = ["ModelFix", "FixResult", "FIX_SCHEMA"]
 
@@ -118,11 +119,13 @@ class FixResult:
 
     @property
     def exit_status(self) -> int:
-        """0 repaired; 1 not every model could be repaired (or the confirmation failed); 2 nothing
-        to repair was found or a baseline could not run."""
-        if not self.models or any(m.baseline is not None and m.baseline.status == "error" for m in self.models):
-            return 2
-        return 0 if self.repaired else 1
+        """0 repaired; 1 not every model could be repaired (or the confirmation failed); 2 a baseline
+        could not run; 3 nothing to repair was found (the table of every aipc command, docs/loader.md)."""
+        if not self.models:
+            return EXIT_NOTHING_TO_REPAIR
+        if any(m.baseline is not None and m.baseline.status == "error" for m in self.models):
+            return EXIT_BACKEND_FAILED
+        return EXIT_OK if self.repaired else EXIT_MISMATCH
 
     def text(self) -> str:
         """The console report."""

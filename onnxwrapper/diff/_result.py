@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 from onnxwrapper.diff import _report_console, _report_html, _report_json, _verdict
 from onnxwrapper.diff import _result_text as _text
 
-__all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_USAGE", "STATES", "BackendRun", "CallComparison",
+__all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_NOTHING_TO_REPAIR", "EXIT_USAGE", "STATES", "BackendRun", "CallComparison",
            "OutputSummary", "Localization", "AppComparison", "DiffResult", "DiffAssertionError"]
 
-EXIT_OK, EXIT_MISMATCH, EXIT_BACKEND_FAILED, EXIT_USAGE = 0, 1, 2, 64
+#: exit statuses of results (``DiffResult``, ``ModelRuns``, ``FixResult``): the table of every aipc command
+#: (``aipc --help``, docs/loader.md); 3 is ``aipc fix``'s "nothing to repair"
+EXIT_OK, EXIT_MISMATCH, EXIT_BACKEND_FAILED, EXIT_NOTHING_TO_REPAIR, EXIT_USAGE = 0, 1, 2, 3, 64
 
 #: failure kinds, most severe first (a call's kind is the first that applies).
 FAILURE_KINDS = ("missing", "shape", "dtype", "nonfinite", "tolerance")
