@@ -19,6 +19,7 @@ from onnxwrapper.diff._batched import device_notes
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
 from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
 from onnxwrapper.diff._files import unused_stem
+from onnxwrapper.diff._fix_confirm import script_sha256
 from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
 from onnxwrapper.diff._orchestrate import Target, run_child
@@ -173,7 +174,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     tgt = Target(argv=(os.fspath(target), *map(str, args)), module=module,
                  cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}))
     manifest = {"format": MANIFEST_FORMAT, "version": 1, "mode": "replay" if replay else "live",
-                "reference": reference, "backends": labels, "target": tgt.to_dict(), "runs": {},
+                "reference": reference, "backends": labels, "runs": {},
+                "target": {**tgt.to_dict(), "sha256": None if module else script_sha256(tgt.argv[0], tgt.cwd)},
                 "app": {"compare": list(compare_output), "filter": output_filter, "rtol": output_rtol}}
     files = [w for w in compare_output if w not in (STDOUT, NONE)]
     _write_manifest(directory, manifest)

@@ -32,6 +32,7 @@ from onnxwrapper.diff._api import MANIFEST, check, run
 from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
+from onnxwrapper.diff._fix_confirm import confirm_command
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
@@ -87,7 +88,7 @@ def _takes_repairs(backend: str) -> bool:
 
 
 def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[str] = REMEDIES,
-        output=None, max_calls: int | None = None, try_all: bool = False, confirm: bool = True,
+        output=None, max_calls: int | None = None, try_all: bool = False, confirm=None,
         localize: bool = True, cwd=None, timeout: float | None = None, env: Mapping[str, str] | None = None,
         progress: Callable | None = None) -> FixResult:
     """Repair the failing models of a diff directory (module docstring).
@@ -99,10 +100,15 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         output: the recipe file to write (default ``<directory>/repairs.json``).
         max_calls: replay at most this many calls per model (the worst failing call first).
         try_all: verify every candidate, not only up to the first that passes.
-        confirm: run the script again with the recipe (script diffs only).
+        confirm: the confirmation run, script diffs only (:mod:`onnxwrapper.diff._fix_confirm`):
+            ``None``/``False`` none (default: a diff folder never chooses what runs); a command
+            line ``["script.py", "arg", …]`` (or ``["-m", "pkg", …]``) that you name; ``True`` /
+            ``"recorded"``: the diff's recorded command, only when the script at the recorded path
+            has the sha256 the diff recorded.
         localize: localize failing models the diff did not localize (``False``: candidates from the
             value ranges only — exact rewrites, the out-of-range region on the CPU, precision).
-        cwd: working directory of the confirmation run: the diff's recorded one, else this (default:
+        cwd: working directory of a confirmation command you name (and of the recorded one when the
+            diff recorded none) (default:
             the current directory, as for ``aipc diff``).
         timeout: seconds per child process. env: extra environment of the child processes.
         progress: ``progress(stage: str)`` callback.
@@ -112,7 +118,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         verified recipe and the confirmation, if run, passed).
 
     Raises:
-        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind.
+        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or a malformed
+            ``confirm``.
     """
     directory = os.path.abspath(os.fspath(directory))
     remedies = tuple(remedies)
@@ -150,9 +157,9 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     if chosen:
         book = RecipeBook(chosen)
         result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
-    if confirm and chosen:
+    if chosen:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
-                 cwd, timeout, env, say)
+                 confirm, cwd, timeout, env, say)
     return result
 
 
@@ -219,27 +226,27 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
     return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
 
 
-def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cwd, timeout, env, say) -> None:
+def _confirm(result: FixResult, directory: str, runs, reference: str, labels, confirm, cwd, timeout, env,
+             say) -> None:
     try:
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
             manifest = json.load(f)
     except (OSError, ValueError):
         return
-    target = manifest.get("target") or {}
-    argv = target.get("argv")
-    if not argv:
-        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
+    command, note = confirm_command(manifest.get("target") if isinstance(manifest, dict) else None, confirm, cwd)
+    result.notes.append(note)
+    if command is None:
         return
-    app = manifest.get("app") or {}
+    app = manifest.get("app") if isinstance(manifest.get("app"), dict) else {}
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
     options = {lb: dict(runs[lb].options, repairs={"file": result.recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
     say("confirming: the script again, with the recipe")
     confirm_dir = unused_stem(os.path.join(directory, "fix")) + "-confirm"
-    result.confirmation = run(argv[0], argv[1:], module=bool(target.get("module")),
+    result.confirmation = run(command.argv[0], command.argv[1:], module=command.module,
                               backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
                               backend_options=options, directory=confirm_dir,
-                              cwd=target.get("cwd") or cwd, timeout=timeout, env=dict(env or {}),
+                              cwd=command.cwd, timeout=timeout, env=dict(env or {}),
                               compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
                               output_rtol=app.get("rtol"),
                               tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))
