@@ -184,12 +184,15 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         _cmd_run.say(f"error: {exc}")
         _cmd_run.say(f"try 'aipc {name} --help'")
         return _cmd_run.EXIT_USAGE
-    from onnxwrapper.errors import OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
+    from onnxwrapper.errors import MalformedFileError, OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
+        _cmd_run.say(f"error: {exc}")
+        return _cmd_run.EXIT_USAGE
     except OnnxwrapperError as exc:
         _cmd_run.say(f"error: {exc}")
         return 1

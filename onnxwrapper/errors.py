@@ -23,6 +23,8 @@ Hierarchy::
     │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   ├── ArtifactError                     .path: compiled artifact or cache entry problems
+    │   ├── MalformedFileError                (also ValueError) .path, .entry: a file from elsewhere
+    │   │                                     (tensor file, capture, diff folder) is not what its format says
     │   └── RecipeError                       (also ValueError) .path: an unusable repair recipe file
     │       └── RecipeMismatchError           the recipe is for another model (content hash differs)
     └── InternalError                         a broken invariant inside onnxwrapper (a bug:
@@ -46,6 +48,7 @@ __all__ = [
     "BackendUnavailableError",
     "BackendValidationError",
     "InternalError",
+    "MalformedFileError",
     "OnnxwrapperError",
     "PartitionError",
     "RecipeError",
@@ -213,6 +216,24 @@ class ArtifactError(OnnxwrapperError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class MalformedFileError(OnnxwrapperError, ValueError):
+    """A file aipc reads but did not write in this run — a tensor file, a capture, a diff folder's
+    ``diff.json`` — is truncated, of another type than its format says, or declares sizes beyond
+    what it holds. Such files are untrusted input (docs/security.md): they get this error, never a
+    wrong answer, a hang or a crash. The CLI exits with status 64 for it.
+
+    Attributes:
+        path: the file (or directory) read.
+        entry: the member, key or line inside it that is wrong (``"input0/x"``, ``"models.m.inputs"``),
+            or ``None`` for the file as a whole.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, entry: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.entry = entry
 
 
 class RecipeError(OnnxwrapperError, ValueError):

@@ -22,6 +22,7 @@ from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_confirm import script_sha256
 from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._manifest_reader import read_manifest
 from onnxwrapper.diff._orchestrate import Target, run_child
 from onnxwrapper.diff._plots import prewarm as prewarm_report
 from onnxwrapper.diff._result import BackendRun, DiffResult
@@ -270,11 +271,12 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
 
     Raises:
         FileNotFoundError: no ``diff.json`` there (a single capture is compared with :func:`compare`).
+        MalformedFileError: a ``diff.json`` field of the wrong type, a run file outside the folder
+            (the folder may come from elsewhere: docs/security.md).
     """
     directory = os.path.abspath(os.fspath(directory))
     try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
+        manifest = read_manifest(directory, MANIFEST)
     except FileNotFoundError as exc:
         hint = (" It is a single capture; compare two captures with onnxwrapper.diff.compare()."
                 if os.path.exists(os.path.join(directory, "capture.json")) else "")

@@ -21,7 +21,6 @@ the confirmation run is skipped. The backend must take the ``repairs`` option (`
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable, Iterable, Mapping
 
@@ -36,7 +35,9 @@ from onnxwrapper.diff._fix_confirm import confirm_command
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._manifest_reader import read_manifest, read_saved_report
 from onnxwrapper.diff._report_json import sanitize
+from onnxwrapper.diff._untrusted import malformed
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
 from onnxwrapper.errors import RecipeError
 from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
@@ -60,11 +61,7 @@ def tolerances_from_dict(doc: Mapping | None) -> Tolerances:
 
 
 def _saved_report(directory: str) -> dict:
-    try:
-        with open(os.path.join(directory, "report.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return read_saved_report(directory)  # checked: the folder may come from elsewhere
 
 
 def _higher_precision(backend: str) -> str | None:
@@ -119,7 +116,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
 
     Raises:
         FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or a malformed
-            ``confirm``.
+            ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture of the
+            folder that is not what its format says (the folder may come from elsewhere).
     """
     directory = os.path.abspath(os.fspath(directory))
     remedies = tuple(remedies)
@@ -141,6 +139,9 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         for loc in localize_failures(result_check, timeout=timeout, env=dict(env or {})):
             locs.setdefault((loc.backend, loc.model), loc.to_dict())
     runs = result_check.runs
+    if result_check.reference not in runs or not runs[result_check.reference].capture_dir:
+        raise malformed(os.path.join(directory, MANIFEST), "reference",
+                        f"{result_check.reference!r} names no run with a capture", "the label of one of the runs")
     reference = read_capture(runs[result_check.reference].capture_dir)
     root = unused_stem(os.path.join(directory, "fix"))
     for label, model in failing:
@@ -228,12 +229,8 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
 
 def _confirm(result: FixResult, directory: str, runs, reference: str, labels, confirm, cwd, timeout, env,
              say) -> None:
-    try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return
-    command, note = confirm_command(manifest.get("target") if isinstance(manifest, dict) else None, confirm, cwd)
+    manifest = read_manifest(directory, MANIFEST)
+    command, note = confirm_command(manifest.get("target"), confirm, cwd)
     result.notes.append(note)
     if command is None:
         return
