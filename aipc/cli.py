@@ -26,11 +26,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 import textwrap
 from typing import Sequence
 
-from aipc import _cmd_run
+from aipc import _cmd_run, _shadowing
 from aipc_loader import _env
 
 __all__ = ["main", "SUBCOMMANDS", "help_text"]
@@ -111,6 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if first == "--version":
         sys.stdout.write(_version() + "\n")
         return 0
+    shadows = _shadowing.shadowed()
+    if shadows:
+        for name, path in shadows:
+            _cmd_run.say(f"error: {path} shadows the installed '{name}' package: `python -m aipc` puts the working "
+                         f"directory first on sys.path, so `import {name}` would load this file (as `python "
+                         f"{os.path.basename(path)}` would). Rename it, or run aipc from another directory.")
+        return _cmd_run.EXIT_USAGE
     if first == "run":
         return _cmd_run.run_command(argv[1:], help_text=_cmd_run.run_help)
     if first == "diff" and _model_diff(argv[1:]):
@@ -155,7 +163,6 @@ def _model_diff(argv: list) -> bool:
 def _subcommand_typo(token: str) -> str | None:
     """The subcommand ``token`` is a misspelling of, when it names no file (``aipc dif x.py``)."""
     import difflib
-    import os
 
     if token.startswith("-") or os.path.exists(token) or os.sep in token or "." in token:
         return None
