@@ -255,7 +255,8 @@ def _read_run_results(doc: dict, path: str) -> TensorSet:
     iterations = []
     for k, it in enumerate(need_list(first[1], path, "lst[0][1]", "a list of iteration results")):
         it = need_dict(it, path, f"lst[0][1][{k}]", "an IterationResult object")
-        outputs = need_dict(it.get("outputs") or {}, path, f"lst[0][1][{k}].outputs", "an object {name: array}")
+        outputs = optional(it, "outputs", lambda v, k=k: need_dict(v, path, f"lst[0][1][{k}].outputs",
+                                                                   "an object {name: array}"), {})
         iterations.append({n: _as_array(_decode_polygraphy(v, path, f"lst[0][1][{k}].outputs.{n}"), None, path,
                                         f"lst[0][1][{k}].outputs.{n}") for n, v in outputs.items()})
     return TensorSet(outputs=iterations, metadata={"producer": f"polygraphy runner {name}"})

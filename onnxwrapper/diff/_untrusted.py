@@ -116,8 +116,9 @@ def load_json(path, entry: str | None = None) -> Any:
     """
     path = os.fspath(path)
     with open(path, "rb") as f:
-        data = f.read(MAX_JSON_BYTES + 1)
-    if len(data) > MAX_JSON_BYTES:
+        too_big = os.fstat(f.fileno()).st_size > MAX_JSON_BYTES
+        data = b"" if too_big else f.read()
+    if too_big:
         raise malformed(path, entry, f"larger than {MAX_JSON_BYTES >> 20} MiB", "a JSON document of at most that size")
     try:
         return json.loads(data.decode("utf-8"))
