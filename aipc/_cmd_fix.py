@@ -27,7 +27,7 @@ import argparse
 import os
 import sys
 
-from onnxwrapper.diff import REMEDIES, fix
+from onnxwrapper.diff import REMEDIES, console_safe, fix
 
 EXIT_USAGE = 64
 
@@ -79,7 +79,7 @@ def main(args: argparse.Namespace) -> int:
                  output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=confirm,
                  localize=not args.no_localize,
                  timeout=args.timeout, progress=progress)
-    print(result.text())
+    print(console_safe(result.text()))  # model and node names, messages: from elsewhere
     path = result.write_json(args.json or os.path.join(directory, "fix.json"))
     print(f"aipc fix: report written: {path}", file=sys.stderr)
     return result.exit_status
