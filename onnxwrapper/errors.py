@@ -21,6 +21,7 @@ Hierarchy::
     │   │   ├── BackendRunError               (also onnxruntime EPFail) the native runtime failed
     │   │   │   └── RemoteJobError            a remote service's job or request failed (.job_url)
     │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
+    │   │   ├── ForkedSessionError            (also RuntimeError) run in a fork()ed child of its process
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   ├── ArtifactError                     .path: compiled artifact or cache entry problems
     │   ├── MalformedFileError                (also ValueError) .path, .entry: a file from elsewhere
@@ -47,6 +48,7 @@ __all__ = [
     "BackendRunError",
     "BackendUnavailableError",
     "BackendValidationError",
+    "ForkedSessionError",
     "InternalError",
     "MalformedFileError",
     "OnnxwrapperError",
@@ -189,6 +191,12 @@ class SessionClosedError(BackendError, _OrtFail):
     Also onnxruntime's ``Fail`` (ORT's generic failure class; ORT itself has no ``close()``), so
     ``except Fail`` keeps working. Create a new ``InferenceSession`` to run the model again.
     """
+
+
+class ForkedSessionError(BackendError, RuntimeError):
+    """A session whose backend keeps native per-process state (``qnn``, ``qai``) was run in a child
+    made by ``fork()`` after the session was created; it would hang there (measured with
+    onnxruntime + QNN EP). Create the session in the child, or use the ``spawn`` start method."""
 
 
 class PartitionError(BackendError, RuntimeError):
