@@ -32,6 +32,7 @@ from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
 from onnxwrapper.diff._fix_confirm import confirm_command
+from onnxwrapper.diff._fix_ranges import reference_ranges
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
@@ -40,7 +41,7 @@ from onnxwrapper.diff._report_json import sanitize
 from onnxwrapper.diff._untrusted import malformed
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
 from onnxwrapper.errors import RecipeError
-from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
+from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe, scaled_tensors
 
 __all__ = ["fix", "tolerances_from_dict"]
 
@@ -195,9 +196,19 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
         mf.trials.append(run_trial(trial, nodes=_node_count(proto, recipe), **common))
         if trial.passed and mf.recipe is None:
             mf.chosen = trial
-            mf.recipe = _verified(recipe, trial, mf, run_)
+            mf.recipe = _with_checks(_verified(recipe, trial, mf, run_), proto, calls)
             if not try_all:
                 break
+
+
+def _with_checks(recipe: ModelRecipe, proto, calls) -> ModelRecipe:
+    """``recipe`` with the reference's peak of every tensor its rescales scale (``checks.peaks``),
+    which backends check where they apply it (:func:`onnxwrapper.repair.check_recipe`)."""
+    scaled = scaled_tensors(proto, recipe)
+    if not scaled:
+        return recipe
+    ranges, _order = reference_ranges(proto, [c.inputs() for c in calls[:_RANGE_CALLS]])
+    return dataclasses.replace(recipe, checks={"peaks": {t: float(ranges[t]) for t in scaled if t in ranges}})
 
 
 def _node_count(proto, recipe: ModelRecipe) -> int | None:

@@ -17,7 +17,8 @@ Written by ``aipc fix`` (``onnxwrapper.diff.fix``), applied by the QNN backend (
           ],
           "cpu_subgraphs": [["Pow_7"]],          # node names run on the CPU (after the rewrites)
           "precision": null,                     # or "fp32": the backend's higher precision
-          "verified": {...},                     # how aipc fix verified it (free object)
+          "verified": {...},                     # how aipc fix verified it (free object: proves nothing)
+          "checks": {"peaks": {"x": 2.1e5}},     # largest |value| of each tensor a rescale scales (checked)
           "note": "..."
         }
       }
@@ -36,6 +37,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -95,6 +97,7 @@ class ModelRecipe:
     precision: str | None = None
     verified: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
+    checks: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def cpu_nodes(self) -> tuple:
@@ -126,7 +129,7 @@ class ModelRecipe:
         """The JSON object stored under the model's hash."""
         return {"name": self.name, "key": self.key, "rewrites": [r.to_dict() for r in self.rewrites],
                 "cpu_subgraphs": [list(g) for g in self.cpu_subgraphs], "precision": self.precision,
-                "verified": dict(self.verified), "note": self.note}
+                "verified": dict(self.verified), "note": self.note, "checks": dict(self.checks)}
 
 
 def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
@@ -152,9 +155,25 @@ def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
     precision = doc.get("precision")
     if precision not in PRECISIONS:
         raise RecipeError(f"The {where}: precision must be null, 'fp16' or 'fp32', got {precision!r}.", path=path)
+    verified = doc.get("verified") or {}
+    if not isinstance(verified, Mapping):
+        raise RecipeError(f"The {where}: 'verified' must be an object, got {type(verified).__name__}.", path=path)
     return ModelRecipe(sha, str(doc.get("name") or ""), str(doc.get("key") or ""), tuple(rewrites),
-                       tuple(tuple(g) for g in groups), precision, dict(doc.get("verified") or {}),
-                       str(doc.get("note") or ""))
+                       tuple(tuple(g) for g in groups), precision, dict(verified), str(doc.get("note") or ""),
+                       _checks_from(doc.get("checks"), where, path))
+
+
+def _checks_from(doc: Any, where: str, path: str | None) -> dict:
+    """The ``checks`` object: ``{"peaks": {tensor: largest |value| >= 0}}`` (``{}`` when absent)."""
+    if doc is None:
+        return {}
+    peaks = doc.get("peaks", {}) if isinstance(doc, Mapping) else None
+    if not isinstance(peaks, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v >= 0 for k, v in peaks.items()):
+        raise RecipeError(f"The {where}: 'checks' must be {{\"peaks\": {{tensor name: a finite number >= 0}}}}.",
+                          path=path)
+    return {"peaks": {k: float(v) for k, v in peaks.items()}}
 
 
 @dataclass(frozen=True)
