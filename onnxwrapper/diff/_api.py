@@ -287,7 +287,7 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         for key in ("capture_dir", "stdout", "stderr"):
             if d.get(key):
                 d[key] = os.path.join(directory, d[key])
-        runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__})
+        runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__ and v is not None})
     result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
     result.mode = "check"
     result.timings = dict((manifest.get("model_run") or {}).get("timings") or {})

@@ -60,6 +60,9 @@ def read_manifest(directory: str, name: str = "diff.json") -> dict:
     optional(app, "rtol", lambda v: need(v, (int, float), path, "app.rtol", "a number"))
     model_run = optional(doc, "model_run", lambda v: need_dict(v, path, "model_run"), {})
     optional(model_run, "timings", lambda v: need_dict(v, path, "model_run.timings"))
+    for key in ("mode", "backends", "runs", "target", "app", "model_run"):
+        if key in doc and doc[key] is None:  # null as absent: readers use their defaults
+            del doc[key]
     return doc
 
 

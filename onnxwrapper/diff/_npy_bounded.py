@@ -47,8 +47,9 @@ def read_npy(fp: IO[bytes], size: int, path, entry: str | None = None) -> np.nda
             shape, fortran, dtype = npformat.read_array_header_2_0(fp)
         else:
             raise ValueError(f"format version {version}")
-    except _READ_ERRORS as exc:
-        raise malformed(path, entry, f"not a readable .npy header ({exc})", "a numpy .npy array (format 1.0-3.0)") from exc
+    except Exception as exc:  # noqa: BLE001 - numpy's header parser raises SyntaxError, TokenError, …
+        raise malformed(path, entry, f"not a readable .npy header ({type(exc).__name__}: {exc})",
+                        "a numpy .npy array (format 1.0-3.0)") from exc
     if dtype.hasobject:
         raise malformed(path, entry, f"dtype {dtype} holds Python objects", "a numeric, bool or string array "
                         "(objects would need unpickling, which aipc never does)")

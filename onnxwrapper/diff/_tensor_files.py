@@ -269,8 +269,9 @@ def _as_array(value: Any, dtype, path: str, entry: str) -> np.ndarray:
     if isinstance(value, dict):
         raise malformed(path, entry, "an object", "a number, a nested list of numbers or a Polygraphy array")
     try:
-        arr = np.array(value, dtype=dtype)
-    except (TypeError, ValueError, OverflowError) as exc:
+        with np.errstate(over="raise", invalid="ignore"):  # 1e308 into float32: an error, not inf
+            arr = np.array(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError, FloatingPointError) as exc:
         expected = f"numbers that fit {np.dtype(dtype).name}" if dtype is not None else "a nested list of numbers"
         raise malformed(path, entry, f"not a numeric array ({exc})", expected) from exc
     if arr.dtype.hasobject:

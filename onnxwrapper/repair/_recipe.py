@@ -137,14 +137,19 @@ def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
     if not isinstance(doc, Mapping):
         raise RecipeError(f"The {where} is not a JSON object.", path=path)
     rewrites = []
-    for item in doc.get("rewrites") or ():
+    items = doc.get("rewrites") or ()
+    if not isinstance(items, (list, tuple)):
+        raise RecipeError(f"The {where}: 'rewrites' must be a list, got {type(items).__name__}.", path=path)
+    for item in items:
         if not isinstance(item, Mapping) or not isinstance(item.get("rewrite"), str) or not isinstance(
                 item.get("node"), str):
             raise RecipeError(f"The {where} has a rewrite without a 'rewrite' and 'node' name: {item!r}.", path=path)
         params = item.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise RecipeError(f"The {where} has a rewrite whose 'params' is not an object: {item!r}.", path=path)
         try:
             get_patch(item["rewrite"]).configure(**params)
-        except (PatchError, TypeError) as exc:
+        except (PatchError, TypeError, ValueError, OverflowError) as exc:
             raise RecipeError(f"The {where} has an unusable rewrite {item!r}: {exc}", path=path) from exc
         rewrites.append(Rewrite(item["rewrite"].lower(), item["node"], dict(params)))
     groups = doc.get("cpu_subgraphs") or ()
@@ -259,7 +264,7 @@ def load_recipes(source) -> RecipeBook:
                 doc = json.load(f)
         except FileNotFoundError as exc:
             raise RecipeError(f"Repair recipe {path} does not exist (write one with `aipc fix`).", path=path) from exc
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise RecipeError(f"Repair recipe {path} is not a readable JSON file: {exc}.", path=path) from exc
     else:
         raise RecipeError(f"A repair recipe is a file path or a dict, got {type(source).__name__}.")
@@ -278,4 +283,5 @@ def load_recipes(source) -> RecipeBook:
         if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
             raise RecipeError(f"{path or 'The recipe'}: {sha!r} is not a sha256 hex digest of a model.", path=path)
         recipes[sha] = _recipe_from(sha, entry, path)
-    return RecipeBook(recipes, path, str(doc.get("created") or ""), dict(doc.get("tool") or {}))
+    tool = doc.get("tool") if isinstance(doc.get("tool"), Mapping) else {}
+    return RecipeBook(recipes, path, str(doc.get("created") or ""), {str(k): str(v) for k, v in tool.items()})
