@@ -63,7 +63,7 @@ def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
                if not o["passed"]}
     assert failing == {"ln_sumsq", "mm_ln", "mm_chain", "softmax"}
 
-    result = diff.fix(d, localize=False, cwd=tmp_path)
+    result = diff.fix(d, localize=False, cwd=tmp_path, confirm=True)  # the recorded script, its sha256 checked
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
     expected = {"ln_sumsq": {"rescale"}, "mm_ln": {"rescale"}, "mm_chain": {"rescale"}, "softmax": {"softmax_stable"}}
