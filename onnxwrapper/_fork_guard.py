@@ -35,6 +35,8 @@ __all__ = ["bind", "check_open", "check_new"]
 _BOUND: "weakref.WeakSet" = weakref.WeakSet()
 #: in a forked child: the backends whose sessions were open in the parent at the fork
 _INHERITED: set = set()
+#: in a forked child: the inherited sessions (and their unbound run attributes), never released
+_KEPT: list = []
 _registered = False
 _register_lock = threading.Lock()
 
@@ -43,8 +45,11 @@ def _after_fork_in_child() -> None:
     for session in list(_BOUND):
         _INHERITED.add(session.backend_name)
         session._ow_forked = True
-        session._ow_direct = None
-        session.__dict__.pop("run", None)  # the class's run: through check_open
+        # kept alive for good: freeing inherited native state in the child hangs in its destructor
+        # (measured: pthread_cond_destroy inside onnxruntime), and unbinding run may break the
+        # reference cycle that kept a session no one uses any more
+        _KEPT.append((session, session.__dict__.pop("run", None), session._ow_direct))
+        session._ow_direct = None  # the class's run: through check_open
     _BOUND.clear()
     if _INHERITED:
         _exit_status.watch()

@@ -190,15 +190,16 @@ def test_malformed_capture_headers_and_calls(capture, tmp_path, edit_header, edi
     assert isinstance(e.value, MalformedFileError) and e.value.entry.endswith(entry), e.value.entry
 
 
-def _limited() -> None:
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))  # a regression fails, the host does not
+#: ``python -m aipc ARGS`` under a 6 GiB address-space limit (POSIX): a regression fails, the host does not
+LIMITED_AIPC = ("import runpy, sys\n"
+                "if sys.platform != 'win32':\n"
+                "    import resource; resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))\n"
+                "sys.argv[0] = 'aipc'; runpy.run_module('aipc', run_name='__main__', alter_sys=True)")
 
 
 def _aipc(args, cwd, env):
-    return subprocess.run([sys.executable, "-m", "aipc", *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300, preexec_fn=_limited if sys.platform != "win32" else None)
+    return subprocess.run([sys.executable, "-c", LIMITED_AIPC, *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
 
 
 def test_the_command_line_exits_64_with_the_file_and_entry_never_a_traceback(capture, tmp_path, child_env):
