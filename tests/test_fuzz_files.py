@@ -19,6 +19,7 @@ import shutil
 import signal
 import time
 import tracemalloc
+import warnings
 import zipfile
 
 import numpy as np
@@ -189,7 +190,8 @@ def test_tensor_files(seeds, tmp_path, name):
 
 def _swap_npz_member(good, target, rng: random.Random) -> None:
     """A member replaced by a hostile .npy (huge declared shape, object dtype) or renamed."""
-    with zipfile.ZipFile(good) as src, zipfile.ZipFile(target, "w") as dst:
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(target, "w") as dst, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # duplicate member names are one of the mutations
         for info in src.infolist():
             blob = src.read(info)
             name = info.filename
