@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from aipc._exit_codes import UsageError
+from aipc._script_literals import comment_line, docstring
 
 __all__ = ["ArgGroup", "Tool", "Plan", "Call", "Ref", "UsageError"]
 
@@ -120,19 +121,20 @@ class Plan:
     # -- rendering -------------------------------------------------------------------------------
     def render(self, *, title: str, command: str) -> str:
         """The standalone script: a docstring, the imports, the constants, one block per call,
-        and ``sys.exit(...)`` of the plan's result."""
+        and ``sys.exit(...)`` of the plan's result. ``title`` and ``command`` (which name files from
+        elsewhere) are written as escaped literals (:mod:`aipc._script_literals`), never pasted."""
         import textwrap
 
         about = textwrap.wrap(f"Written by `{command}` with --gen-script. It calls onnxwrapper's public API "
                               f"exactly as the command does, and exits with the same status.", 96,
                               break_on_hyphens=False, break_long_words=False)
-        lines = ["#!/usr/bin/env python3", f'"""{title}', "", *about[:-1], about[-1] + '"""', "",
+        lines = ["#!/usr/bin/env python3", docstring("\n".join([title, "", *about])), "",
                  "import os", "import sys", "", *self.imports, ""]
         for name, value in self.constants.items():
             lines.append(f"{name} = {_literal(value, len(name) + 3)}")
         for call in self.calls:
             if call.comment:
-                lines += ["", f"# {call.comment}"]
+                lines += ["", comment_line(call.comment)]
             text = _render_call(call)
             lines.append(f"{call.target} = {text}" if call.target else text)
         if self.result:

@@ -101,6 +101,9 @@ def _source(info) -> tuple[str | None, str | None]:
                           f"open the new file, whose specializations have other cache keys: re-run `aipc capture`")
         return info.path, None
     if info.stored and os.path.isfile(info.stored):
+        if sha256_file(info.stored) != info.sha256:  # the capture's copy is not the model it recorded
+            return None, (f"ModelChanged: the capture's copy {info.stored} is not the recorded model (sha256 "
+                          f"differs from {info.sha256[:12]}…); re-run `aipc capture`")
         return info.stored, None
     return None, "ModelMissing: the session got the model as bytes and the capture holds no copy of it"
 

@@ -28,8 +28,8 @@ import sys
 from aipc._exit_codes import EXIT_USAGE, UsageError
 from aipc._args_compare import ToleranceArgs
 from aipc._args_model import parse_backend_options
-from onnxwrapper.diff import (check, default_directory, default_jobs, estimate_run_memory, localize_failures,
-                              parse_backends, parse_size, report_paths, run)
+from onnxwrapper.diff import (check, console_safe, default_directory, default_jobs, estimate_run_memory,
+                              localize_failures, parse_backends, parse_size, report_paths, run)
 from onnxwrapper.errors import BackendNotFoundError
 
 
@@ -146,7 +146,7 @@ def _progress_factory(quiet: bool):
 
 
 def _echo(label: str, text: str) -> None:
-    sys.stdout.write(f"──── {label}: script output ────\n{text}")
+    sys.stdout.write(f"──── {console_safe(label)}: script output ────\n{console_safe(text)}")
     sys.stdout.flush()
 
 

@@ -1,7 +1,8 @@
 """aipc fix: turn a failing `aipc diff` into a verified repair recipe.
 
 usage:
-  aipc fix DIFF_DIR [--output FILE] [--remedies exact,kernel,known,cpu,precision] [--all] [--no-confirm]
+  aipc fix DIFF_DIR [--output FILE] [--remedies exact,kernel,known,cpu,precision] [--all]
+                    [--confirm | --confirm-with SCRIPT [ARGS…]]
 
 For each model whose outputs failed on values (its localization is read from the diff's report, or
 made now), candidates are tried from the cheapest and most exact to the most costly: exact rewrites
@@ -9,8 +10,11 @@ that keep FP16 in range (power-of-two rescaling, a max-subtracted softmax), rewr
 wrong kernel (Pow(x, 2) as Mul(x, x), a dilated or wide Conv1d tap by tap, the patch registry), the
 culprit subgraph on the CPU, and higher precision where the target has one. Each is verified by
 replaying the model's recorded calls on the backend and judging them with the diff's own tolerances;
-the first that passes goes into the recipe file (default DIFF_DIR/repairs.json), and for a script
-diff the script runs once more with it. Apply a recipe with `python -m aipc --repairs FILE script.py`,
+the first that passes goes into the recipe file (default DIFF_DIR/repairs.json). A diff folder never
+chooses what runs: to run the script once more with the recipe, name it (--confirm-with SCRIPT
+ARGS…, everything after it belongs to the script), or ask for the recorded command (--confirm),
+which runs only when the script at the recorded path is byte-for-byte the one the diff ran
+(sha256). Apply a recipe with `python -m aipc --repairs FILE script.py`,
 `InferenceSession(..., backend_options={"repairs": FILE})` or `aipc compile --repairs FILE`.
 
 Exit status: 0 every failing model repaired (and the confirmation run passed) · 1 not all repaired ·
@@ -25,7 +29,7 @@ import os
 import sys
 
 from aipc._exit_codes import EXIT_USAGE
-from onnxwrapper.diff import REMEDIES, fix
+from onnxwrapper.diff import REMEDIES, console_safe, fix
 
 
 
@@ -39,7 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", dest="try_all", action="store_true",
                         help="verify every candidate, not only up to the first that passes")
     parser.add_argument("--max-calls", type=int, metavar="N", help="replay at most N calls per model")
-    parser.add_argument("--no-confirm", action="store_true", help="do not run the script again with the recipe")
+    confirm = parser.add_mutually_exclusive_group()
+    confirm.add_argument("--confirm", action="store_true",
+                         help="run the diff's recorded command again with the recipe, when its script's sha256 "
+                              "matches the one the diff recorded")
+    confirm.add_argument("--confirm-with", nargs=argparse.REMAINDER, metavar="SCRIPT",
+                         help="run this command (SCRIPT ARGS…, or -m MODULE ARGS…) again with the recipe; "
+                              "the rest of the command line belongs to it")
+    confirm.add_argument("--no-confirm", action="store_true",
+                         help="no confirmation run (the default; kept for older command lines)")
     parser.add_argument("--no-localize", action="store_true",
                         help="do not localize models the diff did not localize (candidates from value ranges only)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per child process")
@@ -60,11 +72,15 @@ def main(args: argparse.Namespace) -> int:
               f"expected some of {','.join(REMEDIES)}", file=sys.stderr)
         return EXIT_USAGE
     progress = None if args.quiet else (lambda stage: print(f"aipc fix: {stage}", file=sys.stderr, flush=True))
+    if args.confirm_with is not None and not args.confirm_with:
+        print("aipc fix: error: --confirm-with: expected SCRIPT [ARGS…] (or -m MODULE [ARGS…])", file=sys.stderr)
+        return EXIT_USAGE
+    confirm = args.confirm_with if args.confirm_with else (True if args.confirm else None)
     result = fix(directory, backends=args.backends.split(",") if args.backends else None, remedies=remedies,
-                 output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=not args.no_confirm,
+                 output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=confirm,
                  localize=not args.no_localize,
                  timeout=args.timeout, progress=progress)
-    print(result.text())
+    print(console_safe(result.text()))  # model and node names, messages: from elsewhere
     path = result.write_json(args.json or os.path.join(directory, "fix.json"))
     print(f"aipc fix: report written: {path}", file=sys.stderr)
     return result.exit_status

@@ -27,11 +27,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 import textwrap
 from typing import Sequence
 
-from aipc import _cmd_run
+from aipc import _cmd_run, _shadowing
 from aipc._console_encoding import make_output_safe
 from aipc._exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, table_text
 from aipc_loader import _env
@@ -119,6 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if first == "--version":
         sys.stdout.write(_version() + "\n")
         return 0
+    shadows = _shadowing.shadowed()
+    if shadows:
+        for name, path in shadows:
+            _cmd_run.say(f"error: {path} shadows the installed '{name}' package: `python -m aipc` puts the working "
+                         f"directory first on sys.path, so `import {name}` would load this file (as `python "
+                         f"{os.path.basename(path)}` would). Rename it, or run aipc from another directory.")
+        return _cmd_run.EXIT_USAGE
     if first == "run":
         return _cmd_run.run_command(argv[1:], help_text=_cmd_run.run_help)
     if first == "diff" and _model_diff(argv[1:]):
@@ -165,7 +173,6 @@ def _model_diff(argv: list) -> bool:
 def _subcommand_typo(token: str) -> str | None:
     """The subcommand ``token`` is a misspelling of, when it names no file (``aipc dif x.py``)."""
     import difflib
-    import os
 
     if token.startswith("-") or os.path.exists(token) or os.sep in token or "." in token:
         return None
@@ -196,12 +203,15 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         _cmd_run.say(f"error: {exc}", prefix)
         _cmd_run.say(f"try 'aipc {name} --help'", prefix)
         return EXIT_USAGE
-    from onnxwrapper.errors import OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
+    from onnxwrapper.errors import MalformedFileError, OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
+        _cmd_run.say(f"error: {exc}", prefix)
+        return EXIT_USAGE
     except OnnxwrapperError as exc:
         _cmd_run.say(f"error: {exc}", prefix)
         return EXIT_FAILED

@@ -3,12 +3,11 @@ serialized process-wide (qai_appbuilder forbids concurrent ``Inference`` on two 
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
 from onnxwrapper.backends._foreign_session import ForeignSession
-from onnxwrapper.errors import BackendConfigConflictError, BackendError, BackendRunError
+from onnxwrapper.errors import BackendConfigConflictError, BackendRunError
 
 __all__ = ["QaiSession"]
 
@@ -66,17 +65,14 @@ def _cleanup(module, ctx, holds_profile: bool) -> None:
 class QaiSession(ForeignSession):
     """An open qai_appbuilder ``QNNContext``; created by :meth:`QaiBackend.open`."""
 
+    process_bound = True  # a QNNContext does not survive fork(): the façade's fork guard raises there
+
     def __init__(self, *, module, ctx, graph_index: int, holds_profile: bool, **kwargs) -> None:
         super().__init__(backend="qai", **kwargs)
         self._module, self._ctx, self._graph_index = module, ctx, graph_index
-        self._pid = os.getpid()
         self._finalizer = weakref.finalize(self, _cleanup, module, ctx, holds_profile)
 
     def _invoke(self, buffers: list, wanted: list):
-        if os.getpid() != self._pid:
-            raise BackendError("This qai session was created in another process (before fork()); QNN state "
-                               "cannot be used after fork. Create the InferenceSession in this process.",
-                               backend="qai")
         with _NATIVE_LOCK:
             outputs = self._ctx.Inference(list(buffers), perf_profile=self._module.PerfProfile.DEFAULT,
                                           graphIndex=self._graph_index)

@@ -122,6 +122,11 @@ class BackendSession(abc.ABC):
     description, the reporting methods below, and :meth:`close`. No method receives the façade.
     """
 
+    #: True when the session's native state cannot be used in a child made by ``fork()`` (QNN's
+    #: HTP state: a run there would hang); the façade then makes every run in such a child raise
+    #: :class:`~onnxwrapper.errors.ForkedSessionError` at once.
+    process_bound: bool = False
+
     @abc.abstractmethod
     def describe(self) -> SessionDescription:
         """How to build and run this session (called once, by the façade's constructor)."""

@@ -38,7 +38,8 @@ import pkgutil
 import sys
 from typing import Mapping
 
-from onnxwrapper.kernel import default_cache_dir, prune_records
+from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel import ArtifactCache, default_cache_dir, prune_records
 
 __all__ = ["FORMAT", "MAX_FILES", "IndexLocation", "IndexedEntryPoint", "index_location", "read_index", "write_index"]
 
@@ -130,7 +131,12 @@ def index_location(group: str) -> IndexLocation:
 
 def read_index(location: IndexLocation) -> dict[str, IndexedEntryPoint] | None:
     """``{name: entry point}`` of the group from a matching index, or ``None`` (no index, an
-    unreadable one, or a ``sys.path`` entry changed since it was written)."""
+    unreadable one, a ``sys.path`` entry changed since it was written, or a cache root other users
+    could write: it names what gets imported)."""
+    try:
+        ArtifactCache(os.path.dirname(os.path.dirname(location.file)))  # checks the root's owner and mode
+    except ArtifactError:
+        return None
     try:
         with open(location.file, encoding="utf-8") as f:
             doc = json.load(f)

@@ -27,11 +27,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import onnxruntime
 
+from onnxwrapper._fork_guard import bind, check_new, check_open
 from onnxwrapper._observers import FAST_PATH_SESSIONS, RUN_OBSERVERS, add_run_observer, notify, observers_lock
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import reselect, select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
-from onnxwrapper.errors import BackendCapabilityError, SessionClosedError
+from onnxwrapper.errors import BackendCapabilityError
 from onnxwrapper.kernel import (PartitionReport, RunPlans, call_key, check_output_names, check_providers, plannable,
                                 validate_feed, validate_ort_values)
 
@@ -70,6 +71,7 @@ class InferenceSession(_ORT):
                  backend: str | None = None, backend_options: dict | None = None, **kwargs) -> None:
         registry = default_registry()
         selection = select_backend(backend, providers, os.environ, registry, provider_options)
+        check_new(selection.name)  # a forked child of a process with such sessions open: fail fast
         instance = registry.get(selection.name)(backend_options)
         request = SessionRequest(path_or_bytes, sess_options, providers, provider_options, dict(kwargs),
                                  selection.ep_options)
@@ -152,6 +154,7 @@ class InferenceSession(_ORT):
         elif self._ow_fast_ok and hasattr(description.feed_check, "screen"):
             self._ow_plans = RunPlans.checking(description.feed_check, impls["run"])
         self._ow_feed_check = description.feed_check
+        bind(self, self._ow_backend_session)
         self._ow_enable_fast_path()
 
     def _ow_enable_fast_path(self) -> None:
@@ -200,10 +203,7 @@ class InferenceSession(_ORT):
         return raise_unsupported
 
     def _ow_check_open(self, method: str) -> None:
-        if self._ow_closed:
-            raise SessionClosedError(
-                f"InferenceSession.{method}() on backend '{self.backend_name}': the session was closed with close(); "
-                f"create a new InferenceSession.", backend=self.backend_name)
+        check_open(self, method)  # closed, or inherited through fork() (onnxwrapper/_fork_guard.py)
 
     def _ow_call(self, method: str, output_names, feed, args: tuple):
         """Closed check → feed validation (when the backend asks) → backend run → observers."""

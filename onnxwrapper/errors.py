@@ -26,8 +26,11 @@ Hierarchy::
     │   │   │   ├── RemoteJobError            a remote service's job or request failed (.job_url)
     │   │   │   └── ContextLoadError          a compiled context could not be loaded (.error_name)
     │   │   ├── SessionClosedError            (also onnxruntime Fail) run after InferenceSession.close()
+    │   │   ├── ForkedSessionError            (also RuntimeError) run in a fork()ed child of its process
     │   │   └── PartitionError                (also RuntimeError) nodes would run off the backend
     │   ├── ArtifactError                     .path: compiled artifact or cache entry problems
+    │   ├── MalformedFileError                (also ValueError) .path, .entry: a file from elsewhere
+    │   │                                     (tensor file, capture, diff folder) is not what its format says
     │   └── RecipeError                       (also ValueError) .path: an unusable repair recipe file
     │       └── RecipeMismatchError           the recipe is for another model (content hash differs)
     └── InternalError                         a broken invariant inside onnxwrapper (a bug:
@@ -53,7 +56,9 @@ __all__ = [
     "CompileBudgetError",
     "CompileFailedError",
     "ContextLoadError",
+    "ForkedSessionError",
     "InternalError",
+    "MalformedFileError",
     "OnnxwrapperError",
     "PartitionError",
     "PrecisionUnsupportedError",
@@ -271,6 +276,12 @@ class SessionClosedError(BackendError, _OrtFail):
     """
 
 
+class ForkedSessionError(BackendError, RuntimeError):
+    """A session whose backend keeps native per-process state (``qnn``, ``qai``) was run in a child
+    made by ``fork()`` after the session was created; it would hang there (measured with
+    onnxruntime + QNN EP). Create the session in the child, or use the ``spawn`` start method."""
+
+
 class PartitionError(BackendError, RuntimeError):
     """Part of the graph would run outside the requested backend while strict mode forbids it,
     or the backend's execution provider took none of its nodes where a compile needs at least one.
@@ -296,6 +307,24 @@ class ArtifactError(OnnxwrapperError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+class MalformedFileError(OnnxwrapperError, ValueError):
+    """A file aipc reads but did not write in this run — a tensor file, a capture, a diff folder's
+    ``diff.json`` — is truncated, of another type than its format says, or declares sizes beyond
+    what it holds. Such files are untrusted input (docs/security.md): they get this error, never a
+    wrong answer, a hang or a crash. The CLI exits with status 64 for it.
+
+    Attributes:
+        path: the file (or directory) read.
+        entry: the member, key or line inside it that is wrong (``"input0/x"``, ``"models.m.inputs"``),
+            or ``None`` for the file as a whole.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, entry: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.entry = entry
 
 
 class RecipeError(OnnxwrapperError, ValueError):

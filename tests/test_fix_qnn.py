@@ -63,7 +63,7 @@ def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
                if not o["passed"]}
     assert failing == {"ln_sumsq", "mm_ln", "mm_chain", "softmax"}
 
-    result = diff.fix(d, localize=False, cwd=tmp_path)
+    result = diff.fix(d, localize=False, cwd=tmp_path, confirm=True)  # the recorded script, its sha256 checked
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
     expected = {"ln_sumsq": {"rescale"}, "mm_ln": {"rescale"}, "mm_chain": {"rescale"}, "softmax": {"softmax_stable"}}
@@ -77,6 +77,8 @@ def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
     assert ln_rescale.node == "proj" and ln_rescale.params["log2"] < 0  # folded into W, cancelled by LayerNormalization
     book = json.loads(open(result.recipe_path).read())
     assert len(book["models"]) == 4 and all(r["verified"]["worst_snr_db"] > 27 for r in book["models"].values())
+    rescaled = [r for r in book["models"].values() if any(w["rewrite"] == "rescale" for w in r["rewrites"])]
+    assert rescaled and all(r["checks"]["peaks"] for r in rescaled)  # checkable where it is applied
     # the script again, on the NPU with the recipe: tensors within tolerance, the same printed argmaxes
     assert result.confirmation.passed, result.confirmation.verdict_line()
     assert "REPAIRED" in result.text() and "exact" in result.text()

@@ -15,7 +15,9 @@ Facts (qai-hub 0.56.0 ``qai_hub/client.py``, ``util/session.py``):
   ``InternalError`` (HTTP 5xx, connection errors, transport retries exhausted). A quota refusal is
   whatever status the service chooses: 429 is retried here, another 4xx is reported with its text.
 
-Transient errors (rate limits, ``InternalError``) are retried with exponential backoff — 20 s,
+A refused connection, a failed name lookup or an unreachable network is reported at once
+(:class:`~onnxwrapper.errors.BackendUnavailableError`, :mod:`onnxwrapper.backends.aihub._unreachable`).
+Other transient errors (rate limits, ``InternalError``) are retried with exponential backoff — 20 s,
 doubling, at most 120 s between attempts — while the time spent since the first attempt plus the
 next delay stays within ``max_wait``; then :class:`~onnxwrapper.errors.RemoteJobError`. Every wait
 uses the client's clock (:class:`~onnxwrapper.backends.aihub.HubClient`), so tests run the whole
@@ -31,6 +33,7 @@ import threading
 from typing import Any, Callable
 
 from onnxwrapper.backends.aihub._client import CONFIGURE_HINT, HubClient, short_message
+from onnxwrapper.backends.aihub._unreachable import unreachable_cause
 from onnxwrapper.errors import BackendUnavailableError, RemoteJobError
 
 __all__ = ["FIRST_DELAY", "MAX_DELAY", "HubCalls"]
@@ -64,6 +67,14 @@ class HubCalls:
         return BackendUnavailableError(f"Backend 'aihub': {reason}. To fix: {CONFIGURE_HINT}.", backend="aihub",
                                        reason=reason, install_hint=CONFIGURE_HINT)
 
+    def _unreachable(self, what: str, cause: str, spent: float) -> BackendUnavailableError:
+        reason = f"Qualcomm AI Hub cannot be reached ({cause})"
+        hint = "check the network connection, a proxy (HTTPS_PROXY) and the api_url of your qai-hub configuration"
+        return BackendUnavailableError(f"Backend 'aihub': {reason} while trying to {what} (after the client's own "
+                                       f"retries, {spent:.0f} s). A refused connection or a failed name lookup is "
+                                       f"not retried. To fix: {hint}.", backend="aihub", reason=reason,
+                                       install_hint=hint)
+
     def call(self, what: str, fn: Callable, *args, quiet: bool = False, **kwargs) -> Any:
         """``fn(*args, **kwargs)`` with transient errors retried within ``max_wait``.
 
@@ -71,7 +82,9 @@ class HubCalls:
         "Downloaded model to …") into logger ``onnxwrapper.aihub`` at DEBUG.
 
         Raises:
-            BackendUnavailableError: the token was rejected or is missing (with the configure hint).
+            BackendUnavailableError: the token was rejected or is missing (with the configure hint), or
+                AI Hub cannot be reached: a refused connection, a failed name lookup or an unreachable
+                network (:mod:`onnxwrapper.backends.aihub._unreachable`) is never retried.
             RemoteJobError: transient errors beyond ``max_wait``.
             The client's ``UserError`` for anything else (callers map it with their context).
         """
@@ -96,6 +109,9 @@ class HubCalls:
                     raise
                 except self._transient as exc:
                     spent = clock.monotonic() - start
+                    cause = unreachable_cause(exc)
+                    if cause is not None:  # not transient: said at once, not after max_wait
+                        raise self._unreachable(what, cause, spent) from exc
                     kind = "rate limited" if isinstance(exc, self.hub.module.client.RateLimitedError) else \
                         "service error"
                     if spent + delay > self.max_wait:

@@ -14,7 +14,9 @@ full open (:mod:`onnxwrapper.backends.qnn._model_identity`). What stays on the h
   size, times, inode and CRC-32 are those recorded with its sha256) is not hashed again; otherwise
   it is, and its hint is recorded for the next process;
 * the cache entry is verified as the locked lookup verifies it (sizes always, the content once per
-  process per file state), only without the lock (:meth:`onnxwrapper.kernel.ArtifactCache.peek`).
+  process per file state), only without the lock (:meth:`onnxwrapper.kernel.ArtifactCache.peek`),
+  and its provenance record must be the session's
+  (:mod:`onnxwrapper.backends.qnn._cache_provenance`).
 
 Whenever anything is not that plain case — a bytes model or a path whose facts are not recorded, a
 ``.ort``/``.bin``/EPContext model, dynamic or control inputs, control flow, the options ``repairs``,
@@ -32,6 +34,7 @@ import time
 from onnxwrapper.backends.qnn._artifacts import (ARTIFACT_RESOLVERS, RAW_BINARY_SUFFIXES,
                                                  resolve_epcontext_next_to_model)
 from onnxwrapper.backends.qnn._assignment import ASSIGNMENT_KEY, records_assignment
+from onnxwrapper.backends.qnn._cache_provenance import hit_problem, session_record
 from onnxwrapper.backends.qnn._compile import CTX_NAME
 from onnxwrapper.backends.qnn._feed_limits import check_feed_rows
 from onnxwrapper.backends.qnn._model_identity import model_key, session_cache_key, stored_facts
@@ -131,6 +134,8 @@ def open_cached(config, request, availability):
     entry = ArtifactCache(settings.cache_dir).peek(key)
     if entry is None or "partition" not in entry.meta:
         return None
+    if hit_problem(entry, session_record(setup, model_hash), CTX_NAME) is not None:
+        return None  # not this session's compile (or no record in the manifest): the full path decides
     ctx = entry.file(entry.meta.get("ctx", CTX_NAME))
     report = PartitionReport.from_dict(entry.meta["partition"]).with_source("cache")
     if not os.path.isfile(ctx) or (report.offloaded_nodes and settings.patches is not False):

@@ -34,7 +34,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from onnxwrapper.backends.qnn._compile_errors import context_load_error
 from onnxwrapper.backends.qnn._overridable import overridable_initializers, restore_overridable_initializers
-from onnxwrapper.backends.qnn._provenance import stamp
+from onnxwrapper.backends.qnn._cache_provenance import RECORD_META, hit_problem
+from onnxwrapper.backends.qnn._provenance import file_sha256, stamp, verify
 from onnxwrapper.backends.qnn._runtime import (EP_NAME, copy_session_options, ensure_registered, native_stdout_guard,
                                                qnn_versions, session_options_from_state)
 from onnxwrapper.errors import ArtifactError, BackendUnavailableError, PartitionError
@@ -200,7 +201,8 @@ def generate_epcontext(model, out_dir: str, session_state: Mapping[str, Any] | N
 
     Returns:
         JSON-ready dict: ``ctx`` / ``bin`` (file names), ``partition`` (report dict),
-        ``compile_seconds``, ``ep_options``, ``ep_compatibility_info``.
+        ``compile_seconds``, ``ep_options``, ``ep_compatibility_info``, ``provenance`` (the record
+        stamped into the ctx model, with ``bin_sha256``; checked on cache hits).
 
     Raises:
         PartitionError: the QNN EP took no node at all (nothing was compiled).
@@ -230,9 +232,12 @@ def generate_epcontext(model, out_dir: str, session_state: Mapping[str, Any] | N
         raise ArtifactError(f"The QNN EP compiled the model but wrote no EPContext model at {ctx_path}.", path=ctx_path)
     stem = os.path.splitext(ctx_name)[0]
     bins = sorted(os.path.basename(p) for p in glob.glob(os.path.join(glob.escape(out_dir), stem + "*.bin")))
-    compat = copy_model_metadata(ctx_path, original, provenance, os.path.join(out_dir, bins[0]) if bins else None)
+    bin_path = os.path.join(out_dir, bins[0]) if bins else None
+    compat = copy_model_metadata(ctx_path, original, provenance, bin_path)
+    record = dict(provenance, bin_sha256=file_sha256(bin_path) if bin_path else None) if provenance else None
     return {"ctx": ctx_name, "bin": bins[0] if bins else None, "partition": report.to_dict(),
-            "compile_seconds": seconds, "ep_options": dict(ep_options), "ep_compatibility_info": compat}
+            "compile_seconds": seconds, "ep_options": dict(ep_options), "ep_compatibility_info": compat,
+            RECORD_META: record}
 
 
 def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shapes: Mapping[str, Any] | None,
@@ -259,12 +264,16 @@ def compile_cache_key(model_hash: str, compile_options: Mapping[str, str], shape
 
 
 def cached_compile(cache: ArtifactCache, key: str, build: Callable[[str], Mapping[str, Any]], *,
-                   note: str = "") -> tuple[CacheEntry, str, PartitionReport]:
+                   note: str = "", expected: Mapping[str, Any] | None = None) -> tuple[CacheEntry, str, PartitionReport]:
     """The cached EPContext for ``key``, built with ``build(directory) -> meta`` on a miss.
 
     ``build`` runs with the key's cache lock held and writes the ctx model and its binary into the
     empty temporary ``directory`` (e.g. by sending a request to a compile worker); its ``meta`` is
     what :func:`generate_epcontext` returns. A hit never calls it (no worker is started).
+
+    With ``expected`` (the session's provenance record), a hit is served only when the entry's
+    record matches it (:mod:`onnxwrapper.backends.qnn._cache_provenance`); otherwise the entry is
+    rebuilt, with a WARNING.
 
     Returns:
         ``(entry, ctx path, partition report)``; ``entry.hit`` tells whether it was compiled now.
@@ -280,11 +289,34 @@ def cached_compile(cache: ArtifactCache, key: str, build: Callable[[str], Mappin
                      key[:16])
         cache.remove(key)
         entry = cache.get_or_create(key, logged_build)
+    why = _provenance_problem(entry, expected) if entry.hit and expected is not None else None
+    if why is not None:
+        _log.warning("onnxwrapper qnn: cache entry %s in %s does not answer for this session: %s; rebuilding it",
+                     key[:16], cache.root, why)
+        cache.remove(key)
+        entry = cache.get_or_create(key, logged_build)
     ctx = entry.file(entry.meta.get("ctx", CTX_NAME))
     report = PartitionReport.from_dict(entry.meta["partition"])
     if entry.hit:
         report = report.with_source("cache")
     return entry, ctx, report
+
+
+def _provenance_problem(entry: CacheEntry, expected: Mapping[str, Any]) -> str | None:
+    """:func:`~onnxwrapper.backends.qnn._cache_provenance.hit_problem`; an entry written before
+    records were kept in manifests is checked against the record inside its EPContext model."""
+    why = hit_problem(entry, expected, CTX_NAME)
+    if why != "no record":
+        return why
+    import onnx  # only for entries of an older onnxwrapper (the record is in their ctx model)
+
+    ctx = entry.file(entry.meta.get("ctx", CTX_NAME))
+    try:
+        proto = onnx.load(ctx, load_external_data=False)
+    except Exception as exc:  # noqa: BLE001 - an unreadable ctx model is no answer
+        return f"its EPContext model cannot be read ({type(exc).__name__})"
+    return verify(ctx, proto, source_sha256=expected["source_sha256"], qnn_options=expected["qnn"],
+                  shapes=expected.get("shapes"), values=expected.get("values"))
 
 
 #: the QNN EP options of a DLC dump (QNN IR backend); set only by :func:`dump_dlc`, refused as raw options

@@ -27,17 +27,17 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._budget import default_compile_memory_mb
+from onnxwrapper.backends.qnn._cache_provenance import session_record
 from onnxwrapper.backends.qnn._compile import cached_compile, compile_cache_key, metadata_model
 from onnxwrapper.backends.qnn._compile_errors import compile_hint, recoverable, typed_failure
 from onnxwrapper.backends.qnn._model_identity import model_key
 from onnxwrapper.backends.qnn._patching import FailureMemo, compile_with_patches
 from onnxwrapper.backends.qnn._precision_check import check_fp16_support
-from onnxwrapper.backends.qnn._provenance import make_record
-from onnxwrapper.backends.qnn._runtime import copy_session_options, qnn_versions, session_options_state
+from onnxwrapper.backends.qnn._runtime import copy_session_options, session_options_state
 from onnxwrapper.backends.qnn._settings import QnnSetup
 from onnxwrapper.backends.qnn._workers import CompileRequest, default_pool
 from onnxwrapper.errors import CompileFailedError
-from onnxwrapper.kernel import ArtifactCache, PartitionReport, __version__
+from onnxwrapper.kernel import ArtifactCache, PartitionReport
 
 __all__ = ["CacheStore", "Compiled", "EpContextFromOnnx", "FolderStore", "compile_request", "model_key",
            "session_record"]
@@ -87,13 +87,6 @@ def compile_request(setup: QnnSetup, proto, model_input, out_dir: str, *, record
                           settings.compile_memory_mb or default_compile_memory_mb(), rung)
 
 
-def session_record(setup: QnnSetup, model_hash: str, shapes=None, values=None) -> dict[str, Any]:
-    """The provenance record of a compile of the session's model (``model_hash``) for a specialization."""
-    name = os.path.basename(setup.source.path) if setup.source.path is not None else None
-    return make_record(source_sha256=model_hash, source_name=name, qnn_options=setup.settings.compile_options(),
-                       shapes=shapes, values=values, versions=dict(qnn_versions(), onnxwrapper=__version__))
-
-
 class CacheStore:
     """Compiles into the content-addressed compile cache (sessions: compile once per content).
 
@@ -125,13 +118,15 @@ class CacheStore:
         return FailureMemo(self.cache, lambda records: self.key(shapes, records, values))
 
     def build(self, model_input, records: list, shapes, note: str, values=None) -> tuple[Compiled, PartitionReport]:
+        record = session_record(self.setup, self.model_hash, shapes, values)
+
         def build(directory: str):
             request = compile_request(self.setup, self.proto, model_input, directory, shapes=shapes, note=note,
-                                      record=session_record(self.setup, self.model_hash, shapes, values),
-                                      rung=self.rung)
+                                      record=record, rung=self.rung)
             return (self.pool or default_pool()).run(request)
 
-        entry, ctx, report = cached_compile(self.cache, self.key(shapes, records, values), build, note=note)
+        entry, ctx, report = cached_compile(self.cache, self.key(shapes, records, values), build, note=note,
+                                            expected=record)
         compiled = Compiled(ctx, report, tuple(records), entry.hit, 0.0 if entry.hit else entry.build_seconds,
                             entry.key, os.path.dirname(ctx), dict(entry.meta))
         return compiled, report

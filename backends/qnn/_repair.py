@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn._options import REPAIRS_DOC
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
 from onnxwrapper.errors import BackendOptionError, RecipeError
-from onnxwrapper.kernel import __version__, make_key
-from onnxwrapper.repair import RecipeBook, RepairedModel, apply_recipe, load_recipes, model_sha256
+from onnxwrapper.kernel import __version__, make_key, user_stacklevel
+from onnxwrapper.repair import (RecipeBook, RepairedModel, UnverifiedRecipeWarning, apply_recipe, check_recipe,
+                                load_recipes, model_sha256)
 
 __all__ = ["RepairsOption", "RepairPlan", "convert_repairs", "prepare_repairs", "REPAIRS_DOC", "repaired_step",
            "with_recipe_records", "refuse_for_artifact"]
@@ -87,10 +89,13 @@ class RepairPlan:
     Attributes:
         repaired: the rewritten model (:class:`~onnxwrapper.repair.RepairedModel`).
         config: the backend options to use (``precision`` from the recipe when it sets one).
+        unverified: why the recipe could not be checked against the model (empty: checked;
+            :func:`onnxwrapper.repair.check_recipe`).
     """
 
     repaired: RepairedModel
     config: Mapping[str, Any]
+    unverified: tuple = ()
 
     @property
     def proto(self):
@@ -113,8 +118,9 @@ class RepairPlan:
         return make_key({"model": content_hash, "recipe": self.repaired.recipe.digest(), "onnxwrapper": __version__})
 
     def describe(self) -> str:
-        """One line: the recipe's rewrites, CPU nodes and precision."""
-        return self.repaired.recipe.describe()
+        """One line: the recipe's rewrites, CPU nodes and precision (``[UNVERIFIED: …]`` when unchecked)."""
+        return self.repaired.recipe.describe() + (f" [UNVERIFIED: {'; '.join(self.unverified)}]"
+                                                  if self.unverified else "")
 
 
 def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | None:
@@ -127,7 +133,9 @@ def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | No
     Raises:
         RecipeMismatchError: the recipe is for another model (``required``), or for a model of
             the same file name with another content.
-        RecipeError: a rewrite or CPU node of the recipe does not fit the model.
+        RecipeError: a rewrite or CPU node of the recipe does not fit the model, or its rescaling
+            saturates FP16 (a rewritten constant, or a recorded peak times its scale, beyond ±65504).
+        Warns UnverifiedRecipeWarning when its rescaling could not be checked (no recorded peaks).
         BackendOptionError: the recipe puts nodes on the CPU while ``strict=True``.
     """
     option = config.get("repairs")
@@ -142,10 +150,17 @@ def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | No
                                  f"the CPU ({', '.join(recipe.cpu_nodes[:5])}), which strict=True forbids. Drop "
                                  f"strict, or make a recipe without CPU subgraphs.", backend="qnn")
     repaired = apply_recipe(proto, recipe)
+    unverified = tuple(check_recipe(proto, repaired.proto, recipe))  # RecipeError: it saturates FP16
+    if unverified:
+        warnings.warn(UnverifiedRecipeWarning(
+            f"onnxwrapper qnn: the repair recipe for {name or 'the model'} is UNVERIFIED — {'; '.join(unverified)}. "
+            f"It is applied, but nothing shows that its rescaling keeps values within FP16's range; make the recipe "
+            f"with `aipc fix` (it records what it measured) or check it with `aipc diff`."),
+            stacklevel=user_stacklevel())
     new_config = dict(config)
     if recipe.precision:
         new_config["precision"] = recipe.precision
-    return RepairPlan(repaired, new_config)
+    return RepairPlan(repaired, new_config, unverified)
 
 
 def with_recipe_records(compiled, plan: RepairPlan):

@@ -145,6 +145,8 @@ class QnnStaticSession(BackendSession):
             each feed until it has warned (FP16 targets), or ``None``.
     """
 
+    process_bound = True  # QNN's HTP state does not survive fork() (onnxwrapper/_fork_guard.py)
+
     def __init__(self, ctx_path: str, sess_options, kwargs: Mapping[str, Any], *, report: PartitionReport | None,
                  strict: bool, label: str, warn_key: str, artifact: ArtifactInfo, model_meta=None,
                  user_so=None, guard=qnn_creation_guard, nonfinite_check=None) -> None:
@@ -224,6 +226,8 @@ class QnnDynamicSession(BackendSession):
     A feed with a dim of size 0 is not compiled: it runs on a CPU session of the original model
     (created on first use), as plain ORT returns empty outputs for it.
     """
+
+    process_bound = True  # QNN's HTP state does not survive fork() (onnxwrapper/_fork_guard.py)
 
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,

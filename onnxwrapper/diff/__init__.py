@@ -60,6 +60,7 @@ from onnxwrapper.diff._capture_reader import (
     read_capture,
 )
 from onnxwrapper.diff._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._console_text import console_safe
 from onnxwrapper.diff._expose import candidate_tensors, expose_tensors
 from onnxwrapper.diff._files import parse_size
 from onnxwrapper.diff._fix import fix
@@ -97,8 +98,9 @@ __all__ = [  # sorted (tests/test_architecture.py); a literal list, so type chec
     "Localization", "ModelInfo", "ModelInputs", "ModelRuns", "OutputSummary", "PRESETS", "REMEDIES", "STATES",
     "SessionInfo", "TensorSet", "TensorSpec", "Timing", "Tolerance", "Tolerances", "assert_backends_agree",
     "assert_close", "candidate_tensors", "check", "compare", "compare_arrays", "compare_captures",
-    "compare_model_runs", "default_directory", "default_jobs", "error_budget", "estimate_run_memory",
-    "expose_tensors", "fix", "generate_inputs", "load_data_loader", "load_inputs", "localize_failures", "metrics",
+    "compare_model_runs", "console_safe", "default_directory", "default_jobs", "error_budget",
+    "estimate_run_memory", "expose_tensors", "fix", "generate_inputs", "load_data_loader", "load_inputs",
+    "localize_failures", "metrics",
     "parse_backends", "parse_size", "parse_tol_override", "precision_for", "read_capture", "read_tensors",
     "report_paths", "run", "run_model", "save_tensors", "sha256_file", "snr_bar_db", "start_capture",
 ]

@@ -19,9 +19,11 @@ from onnxwrapper.diff._batched import device_notes
 from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
 from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
 from onnxwrapper.diff._files import unused_stem
+from onnxwrapper.diff._fix_confirm import script_sha256
 from onnxwrapper.diff._labels import check_label
 from onnxwrapper.diff._compare import compare_captures
 from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._manifest_reader import read_manifest
 from onnxwrapper.diff._orchestrate import Target, run_child
 from onnxwrapper.diff._plots import prewarm as prewarm_report
 from onnxwrapper.diff._result import BackendRun, DiffResult
@@ -184,7 +186,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     tgt = Target(argv=(os.fspath(target), *map(str, args)), module=module,
                  cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}))
     manifest = {"format": MANIFEST_FORMAT, "version": 1, "mode": "replay" if replay else "live",
-                "reference": reference, "backends": labels, "target": tgt.to_dict(), "runs": {},
+                "reference": reference, "backends": labels, "runs": {},
+                "target": {**tgt.to_dict(), "sha256": None if module else script_sha256(tgt.argv[0], tgt.cwd)},
                 "app": {"compare": list(compare_output), "filter": output_filter, "rtol": output_rtol}}
     files = [w for w in compare_output if w not in (STDOUT, NONE)]
     _write_manifest(directory, manifest)
@@ -279,11 +282,12 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
 
     Raises:
         FileNotFoundError: no ``diff.json`` there (a single capture is compared with :func:`compare`).
+        MalformedFileError: a ``diff.json`` field of the wrong type, a run file outside the folder
+            (the folder may come from elsewhere: docs/security.md).
     """
     directory = os.path.abspath(os.fspath(directory))
     try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
+        manifest = read_manifest(directory, MANIFEST)
     except FileNotFoundError as exc:
         hint = (" It is a single capture; compare two captures with onnxwrapper.diff.compare()."
                 if os.path.exists(os.path.join(directory, "capture.json")) else "")
@@ -294,7 +298,7 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         for key in ("capture_dir", "stdout", "stderr"):
             if d.get(key):
                 d[key] = os.path.join(directory, d[key])
-        runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__})
+        runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__ and v is not None})
     result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
     result.mode = "check"
     result.timings = dict((manifest.get("model_run") or {}).get("timings") or {})

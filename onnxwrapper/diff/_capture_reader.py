@@ -16,6 +16,7 @@ up to :data:`~onnxwrapper.diff._capture.FORMAT_VERSION` and ignore unknown keys.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -25,12 +26,18 @@ import numpy as np
 
 from onnxwrapper.diff._capture import FORMAT, FORMAT_VERSION
 from onnxwrapper.diff._capture_values import sha256_file
+from onnxwrapper.diff._npy_bounded import BoundedNpz
+from onnxwrapper.diff._untrusted import (dim, inside, load_json, malformed, need, need_dict, need_int, need_list,
+                                         need_str, optional)
+from onnxwrapper.errors import MalformedFileError
 
 __all__ = ["CaptureFormatError", "TensorSpec", "ModelInfo", "SessionInfo", "Call", "Capture", "read_capture"]
 
 
-class CaptureFormatError(ValueError):
-    """The directory is not a readable capture (missing/corrupt header, newer format version)."""
+class CaptureFormatError(MalformedFileError):
+    """The directory is not a readable capture (missing/corrupt header, newer format version, a
+    field of the wrong type, a file name leaving the directory). A
+    :class:`~onnxwrapper.errors.MalformedFileError` (so a ``ValueError``)."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +86,15 @@ class ModelInfo:
 
         Raises:
             FileNotFoundError: neither a stored copy nor an unchanged original file exists.
+            MalformedFileError: the stored copy is not the recorded model (its sha256 differs).
         """
         if self.stored and os.path.isfile(self.stored):
             with open(self.stored, "rb") as f:
-                return f.read()
+                data = f.read()
+            if hashlib.sha256(data).hexdigest() != self.sha256:
+                raise malformed(self.stored, f"models.{self.key}.stored", "its sha256 differs from the recorded one",
+                                f"the model the capture recorded (sha256 {self.sha256[:12]}…)")
+            return data
         if self.path and os.path.isfile(self.path):
             if sha256_file(self.path) == self.sha256:
                 return self.path
@@ -136,7 +148,7 @@ class Call:
     backend_options: dict
 
     def _load(self, meta) -> dict[str, np.ndarray]:
-        with np.load(os.path.join(self.capture_dir, self.file), allow_pickle=False) as npz:
+        with BoundedNpz(os.path.join(self.capture_dir, self.file)) as npz:
             return {m["name"]: npz[m["key"]] for m in meta if m.get("key")}
 
     def inputs(self) -> dict[str, np.ndarray]:
@@ -214,56 +226,128 @@ def read_capture(directory) -> Capture:
         :class:`Capture`. A trailing partial line of calls.jsonl (a killed process) is ignored.
 
     Raises:
-        CaptureFormatError: no/corrupt ``capture.json``, another format, or a newer version.
+        CaptureFormatError (a :class:`~onnxwrapper.errors.MalformedFileError`): no/corrupt
+            ``capture.json``, another format, a newer version, a field of the wrong type, a missing
+            key, or a file name (``stored``, a call's ``file``) that leaves the directory — naming
+            the file and the entry.
     """
     directory = os.fspath(directory)
     header_path = os.path.join(directory, "capture.json")
     try:
-        with open(header_path, encoding="utf-8") as f:
-            header = json.load(f)
+        header = load_json(header_path)
     except FileNotFoundError as exc:
-        raise CaptureFormatError(f"{directory} is not a capture directory (no capture.json).") from exc
-    except json.JSONDecodeError as exc:
-        raise CaptureFormatError(f"{header_path} is not valid JSON: {exc}") from exc
-    if header.get("format") != FORMAT:
-        raise CaptureFormatError(f"{header_path}: format is {header.get('format')!r}, expected {FORMAT!r}.")
-    if int(header.get("version", 0)) > FORMAT_VERSION:
-        raise CaptureFormatError(f"{header_path}: format version {header.get('version')} is newer than this "
-                                 f"onnxwrapper reads ({FORMAT_VERSION}); upgrade onnxwrapper.")
-    models = {}
-    for key, rec in (header.get("models") or {}).items():
-        stored = os.path.join(directory, rec["stored"]) if rec.get("stored") else None
-        models[key] = ModelInfo(key=key, sha256=rec.get("sha256", ""), path=rec.get("path"), stored=stored,
-                                inputs=tuple(_spec(t) for t in rec.get("inputs") or ()),
-                                outputs=tuple(_spec(t) for t in rec.get("outputs") or ()),
-                                size_bytes=int(rec.get("size_bytes") or 0))
-    shift = 1 if int(header.get("version", 1)) < 2 else 0  # version 1 numbered sessions from 0
-    sessions = [SessionInfo(ordinal=s["ordinal"] + shift, model=s["model"], backend=s.get("backend", ""),
-                            backend_options=dict(s.get("backend_options") or {}),
-                            providers=tuple(s.get("providers") or ())) for s in header.get("sessions") or ()]
-    by_ordinal = {s.ordinal: s for s in sessions}
-    calls = []
-    calls_path = os.path.join(directory, header.get("calls_file") or "calls.jsonl")
-    if os.path.exists(calls_path):
-        with open(calls_path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by a crash
-                sess = by_ordinal.get(rec["session"] + shift)
-                calls.append(Call(
-                    capture_dir=directory, seq=rec["seq"], session=rec["session"] + shift, index=rec["index"],
-                    model=rec["model"], method=rec.get("method", "run"),
-                    output_names=tuple(rec.get("output_names") or ()),
-                    requested_output_names=(tuple(rec["requested_output_names"])
-                                            if rec.get("requested_output_names") else None),
-                    input_meta=tuple(rec.get("inputs") or ()), output_meta=tuple(rec.get("outputs") or ()),
-                    file=rec["file"], seconds=float(rec.get("seconds") or 0.0),
-                    backend=sess.backend if sess else "", backend_options=sess.backend_options if sess else {}))
+        raise CaptureFormatError(f"{directory} is not a capture directory (no capture.json).",
+                                 path=header_path) from exc
+    except MalformedFileError as exc:
+        raise CaptureFormatError(str(exc), path=header_path) from exc
+    with _as_capture_error():
+        need_dict(header, header_path, "(document)", "a JSON object (the capture header)")
+        if header.get("format") != FORMAT:
+            raise CaptureFormatError(f"{header_path}: format is {header.get('format')!r}, expected {FORMAT!r}.",
+                                     path=header_path, entry="format")
+        version = need_int(header.get("version", 0), header_path, "version")
+        if version > FORMAT_VERSION:
+            raise CaptureFormatError(f"{header_path}: format version {header.get('version')} is newer than this "
+                                     f"onnxwrapper reads ({FORMAT_VERSION}); upgrade onnxwrapper.",
+                                     path=header_path, entry="version")
+        models = {key: _model(directory, header_path, key, rec)
+                  for key, rec in optional(header, "models", lambda v: need_dict(v, header_path, "models"), {}).items()}
+        shift = 1 if version < 2 else 0  # version 1 numbered sessions from 0
+        sessions = [_session(header_path, f"sessions[{k}]", rec, shift) for k, rec in
+                    enumerate(optional(header, "sessions", lambda v: need_list(v, header_path, "sessions"), []))]
+        for name in ("status", "calls_file"):
+            optional(header, name, lambda v, n=name: need_str(v, header_path, n))
+        for name in ("metadata", "truncated"):
+            optional(header, name, lambda v, n=name: need_dict(v, header_path, n))
+        by_ordinal = {s.ordinal: s for s in sessions}
+        calls = []
+        calls_path = inside(directory, header.get("calls_file") or "calls.jsonl", header_path, "calls_file")
+        if os.path.exists(calls_path):
+            with open(calls_path, encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, 1):
+                    try:
+                        rec = json.loads(line)
+                    except (ValueError, RecursionError):
+                        continue  # a line cut by a crash
+                    calls.append(_call(directory, calls_path, f"line {number}", rec, shift, by_ordinal))
     calls.sort(key=lambda c: c.seq)
     return Capture(path=directory, header=header, models=models, sessions=sessions, calls=calls)
 
 
-def _spec(rec: dict[str, Any]) -> TensorSpec:
-    return TensorSpec(name=rec.get("name", ""), type=rec.get("type"), shape=tuple(rec.get("shape") or ()))
+class _as_capture_error:
+    """Re-raise a :class:`MalformedFileError` of the checks as a :class:`CaptureFormatError`."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if isinstance(exc, MalformedFileError) and not isinstance(exc, CaptureFormatError):
+            raise CaptureFormatError(str(exc), path=exc.path, entry=exc.entry) from exc
+        return False
+
+
+def _model(directory: str, path: str, key: str, rec: Any) -> ModelInfo:
+    entry = f"models.{key}"
+    rec = need_dict(rec, path, entry)
+    stored = optional(rec, "stored", lambda v: inside(directory, v, path, f"{entry}.stored"))
+    return ModelInfo(key=key, sha256=need_str(rec.get("sha256"), path, f"{entry}.sha256", "the model's sha256"),
+                     path=optional(rec, "path", lambda v: need_str(v, path, f"{entry}.path")), stored=stored,
+                     inputs=tuple(_spec(path, f"{entry}.inputs[{k}]", t) for k, t in
+                                  enumerate(optional(rec, "inputs", lambda v: need_list(v, path, f"{entry}.inputs"), []))),
+                     outputs=tuple(_spec(path, f"{entry}.outputs[{k}]", t) for k, t in
+                                   enumerate(optional(rec, "outputs", lambda v: need_list(v, path, f"{entry}.outputs"),
+                                                      []))),
+                     size_bytes=optional(rec, "size_bytes", lambda v: need_int(v, path, f"{entry}.size_bytes"), 0))
+
+
+def _session(path: str, entry: str, rec: Any, shift: int) -> SessionInfo:
+    rec = need_dict(rec, path, entry)
+    return SessionInfo(ordinal=need_int(rec.get("ordinal"), path, f"{entry}.ordinal") + shift,
+                       model=need_str(rec.get("model"), path, f"{entry}.model"),
+                       backend=optional(rec, "backend", lambda v: need_str(v, path, f"{entry}.backend"), ""),
+                       backend_options=dict(optional(rec, "backend_options",
+                                                     lambda v: need_dict(v, path, f"{entry}.backend_options"), {})),
+                       providers=tuple(optional(rec, "providers", lambda v: need_list(v, path, f"{entry}.providers"),
+                                                ())))
+
+
+def _meta(path: str, entry: str, items: Any) -> tuple:
+    result = []
+    for k, m in enumerate(need_list(items, path, entry)):
+        m = need_dict(m, path, f"{entry}[{k}]", "an object {name, key, dtype, shape}")
+        need_str(m.get("name"), path, f"{entry}[{k}].name")
+        optional(m, "key", lambda v: need_str(v, path, f"{entry}[{k}].key"))
+        optional(m, "dtype", lambda v: need_str(v, path, f"{entry}[{k}].dtype"))
+        for d in optional(m, "shape", lambda v: need_list(v, path, f"{entry}[{k}].shape", "a list of dimensions"), []):
+            need_int(d, path, f"{entry}[{k}].shape", low=0)
+        result.append(m)
+    return tuple(result)
+
+
+def _call(directory: str, path: str, entry: str, rec: Any, shift: int, by_ordinal: dict) -> Call:
+    rec = need_dict(rec, path, entry, "a JSON object (one recorded call)")
+    session = need_int(rec.get("session"), path, f"{entry}.session") + shift
+    sess = by_ordinal.get(session)
+    names = optional(rec, "output_names", lambda v: need_list(v, path, f"{entry}.output_names"), [])
+    requested = optional(rec, "requested_output_names",
+                         lambda v: need_list(v, path, f"{entry}.requested_output_names"))
+    seconds = optional(rec, "seconds", lambda v: need(v, (int, float), path, f"{entry}.seconds", "a number"), 0.0)
+    return Call(capture_dir=directory, seq=need_int(rec.get("seq"), path, f"{entry}.seq"), session=session,
+                index=need_int(rec.get("index"), path, f"{entry}.index"),
+                model=need_str(rec.get("model"), path, f"{entry}.model"),
+                method=optional(rec, "method", lambda v: need_str(v, path, f"{entry}.method"), "run"),
+                output_names=tuple(names), requested_output_names=tuple(requested) if requested else None,
+                input_meta=_meta(path, f"{entry}.inputs", rec.get("inputs") or []),
+                output_meta=_meta(path, f"{entry}.outputs", rec.get("outputs") or []),
+                file=os.path.relpath(inside(directory, rec.get("file"), path, f"{entry}.file"),
+                                     os.path.realpath(directory)),
+                seconds=float(seconds), backend=sess.backend if sess else "",
+                backend_options=sess.backend_options if sess else {})
+
+
+def _spec(path: str, entry: str, rec: Any) -> TensorSpec:
+    rec = need_dict(rec, path, entry, "an object {name, type, shape}")
+    return TensorSpec(name=optional(rec, "name", lambda v: need_str(v, path, f"{entry}.name"), ""),
+                      type=optional(rec, "type", lambda v: need_str(v, path, f"{entry}.type")),
+                      shape=tuple(dim(d, path, f"{entry}.shape") for d in
+                                  optional(rec, "shape", lambda v: need_list(v, path, f"{entry}.shape"), ())))

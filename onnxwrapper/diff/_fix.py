@@ -21,7 +21,6 @@ the confirmation run is skipped. The backend must take the ``repairs`` option (`
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from typing import Callable, Iterable, Mapping
@@ -34,14 +33,18 @@ from onnxwrapper.diff._capture_reader import read_capture
 from onnxwrapper.diff._files import unused_stem
 from onnxwrapper.diff._fix_app import fix_app_level
 from onnxwrapper.diff._fix_candidates import REMEDIES, candidates_for
+from onnxwrapper.diff._fix_confirm import ConfirmCommand, confirm_command
 from onnxwrapper.diff._fix_explain import why_not_repaired
+from onnxwrapper.diff._fix_ranges import reference_ranges
 from onnxwrapper.diff._fix_report import FixResult, ModelFix
 from onnxwrapper.diff._fix_verify import Trial, run_trial
 from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._manifest_reader import read_manifest, read_saved_report
 from onnxwrapper.diff._report_json import sanitize
+from onnxwrapper.diff._untrusted import malformed
 from onnxwrapper.diff._tolerance import Tolerance, Tolerances
 from onnxwrapper.errors import RecipeError
-from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe
+from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe, scaled_tensors
 
 __all__ = ["fix", "tolerances_from_dict"]
 
@@ -63,11 +66,7 @@ def tolerances_from_dict(doc: Mapping | None) -> Tolerances:
 
 
 def _saved_report(directory: str) -> dict:
-    try:
-        with open(os.path.join(directory, "report.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return read_saved_report(directory)  # checked: the folder may come from elsewhere
 
 
 def _higher_precision(backend: str) -> str | None:
@@ -91,7 +90,7 @@ def _takes_repairs(backend: str) -> bool:
 
 
 def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[str] = REMEDIES,
-        output=None, max_calls: int | None = None, try_all: bool = False, confirm: bool = True,
+        output=None, max_calls: int | None = None, try_all: bool = False, confirm=None,
         localize: bool = True, cwd=None, timeout: float | None = None, env: Mapping[str, str] | None = None,
         progress: Callable | None = None) -> FixResult:
     """Repair the failing models of a diff directory (module docstring).
@@ -103,10 +102,15 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         output: the recipe file to write (default ``<directory>/repairs.json``).
         max_calls: replay at most this many calls per model (the worst failing call first).
         try_all: verify every candidate, not only up to the first that passes.
-        confirm: run the script again with the recipe (script diffs only).
+        confirm: the confirmation run, script diffs only (:mod:`onnxwrapper.diff._fix_confirm`):
+            ``None``/``False`` none (default: a diff folder never chooses what runs); a command
+            line ``["script.py", "arg", …]`` (or ``["-m", "pkg", …]``) that you name; ``True`` /
+            ``"recorded"``: the diff's recorded command, only when the script at the recorded path
+            has the sha256 the diff recorded.
         localize: localize failing models the diff did not localize (``False``: candidates from the
             value ranges only — exact rewrites, the out-of-range region on the CPU, precision).
-        cwd: working directory of the confirmation run: the diff's recorded one, else this (default:
+        cwd: working directory of a confirmation command you name (and of the recorded one when the
+            diff recorded none) (default:
             the current directory, as for ``aipc diff``).
         timeout: seconds per child process. env: extra environment of the child processes.
         progress: ``progress(stage: str)`` callback.
@@ -116,7 +120,9 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         verified recipe and the confirmation, if run, passed).
 
     Raises:
-        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind.
+        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or a malformed
+            ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture of the
+            folder that is not what its format says (the folder may come from elsewhere).
     """
     started = time.perf_counter()
     directory = os.path.abspath(os.fspath(directory))
@@ -139,6 +145,9 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         for loc in localize_failures(result_check, timeout=timeout, env=dict(env or {})):
             locs.setdefault((loc.backend, loc.model), loc.to_dict())
     runs = result_check.runs
+    if result_check.reference not in runs or not runs[result_check.reference].capture_dir:
+        raise malformed(os.path.join(directory, MANIFEST), "reference",
+                        f"{result_check.reference!r} names no run with a capture", "the label of one of the runs")
     reference = read_capture(runs[result_check.reference].capture_dir)
     root = unused_stem(os.path.join(directory, "fix"))
     for label, model in failing:
@@ -154,15 +163,15 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
                    max_calls, try_all, timeout, env, say)
         mf.seconds = time.perf_counter() - begun
     if not failing:
-        _fix_app(result, result_check, reference, directory, backends, remedies, root, cwd, timeout, env, say,
-                 try_all)
+        _fix_app(result, result_check, reference, directory, backends, remedies, root, confirm, cwd, timeout, env,
+                 say, try_all)
     chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
     if chosen:
         book = RecipeBook(chosen)
         result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
-    if confirm and chosen and result.confirmation is None:
+    if chosen and result.confirmation is None:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
-                 cwd, timeout, env, say)
+                 confirm, cwd, timeout, env, say)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -184,8 +193,8 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
     # value ranges: the worst calls first, then calls spread over the recording (the loudest and the
     # quietest inputs bound the power-of-two scales: an upscale for a quiet call must not overflow a loud one)
     spread = calls[_RANGE_CALLS::max(1, (len(calls) - _RANGE_CALLS) // _SPREAD_CALLS)][:_SPREAD_CALLS]
-    candidates, notes = candidates_for(proto, mf.localization, [c.inputs() for c in calls[:_RANGE_CALLS] + spread],
-                                       precision, remedies=remedies,
+    feeds = [c.inputs() for c in calls[:_RANGE_CALLS] + spread]
+    candidates, notes = candidates_for(proto, mf.localization, feeds, precision, remedies=remedies,
                                        higher_precision=_higher_precision(run_.backend))
     mf.notes += notes
     common = dict(label=mf.backend, backend=run_.backend, options=dict(run_.options), reference=reference,
@@ -202,11 +211,22 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
         mf.notes += cand.notes
         if trial.passed and mf.recipe is None:
             mf.chosen = trial
-            mf.recipe = _verified(recipe, trial, mf, run_)
+            mf.recipe = _with_checks(_verified(recipe, trial, mf, run_), proto, feeds)
             if not try_all:
                 break
     if mf.recipe is None:
         mf.notes += why_not_repaired(proto, mf.localization, mf.baseline, mf.trials)
+
+
+def _with_checks(recipe: ModelRecipe, proto, feeds) -> ModelRecipe:
+    """``recipe`` with the reference's peak of every tensor its rescales scale (``checks.peaks``),
+    over the same calls ``feeds`` the candidates were chosen from, which backends check where they
+    apply it (:func:`onnxwrapper.repair.check_recipe`)."""
+    scaled = scaled_tensors(proto, recipe)
+    if not scaled:
+        return recipe
+    ranges, _order = reference_ranges(proto, feeds)
+    return dataclasses.replace(recipe, checks={"peaks": {t: float(ranges[t]) for t in scaled if t in ranges}})
 
 
 def _node_count(proto, recipe: ModelRecipe) -> int | None:
@@ -236,53 +256,59 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
     return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
 
 
-def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root, cwd, timeout, env, say,
-             try_all) -> None:
-    """App-level mismatches whose tensors all pass (:mod:`onnxwrapper.diff._fix_app`)."""
+def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root, confirm, cwd, timeout,
+             env, say, try_all) -> None:
+    """App-level mismatches whose tensors all pass (:mod:`onnxwrapper.diff._fix_app`). Each candidate
+    is judged by running the script again, so only with a command the user named or confirmed
+    (:mod:`onnxwrapper.diff._fix_confirm`): a diff folder never chooses what runs."""
     runs = result_check.runs
+    command = None
     for label, app in sorted(result_check.app.items()):
         if app.status != "differs" or (backends is not None and label not in set(backends)):
             continue
         run_ = runs[label]
         if not _takes_repairs(run_.backend) or "cpu" not in remedies and "precision" not in remedies:
             continue
+        if command is None:
+            command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
+            if command is None:
+                result.notes.append(f"{label}: the script's output differs while its tensors pass; app-level "
+                                    f"candidates are judged by running the script again, which needs a command "
+                                    f"you name — {note}")
+                return
         begun = time.perf_counter()
 
-        def confirm(path, _label=label):
-            return _script_run(directory, runs, result_check.reference, {_label}, path, cwd, timeout, env)
+        def run_script(path, _label=label):
+            return _script_run(directory, runs, result_check.reference, {_label}, path, command, timeout, env)
         precision = _higher_precision(run_.backend) if "precision" in remedies else None
         mf = fix_app_level(result, result_check, reference, label, workdir=os.path.join(root, label, "app"),
-                           higher_precision=precision, confirm=confirm, say=say, try_all=try_all)
+                           higher_precision=precision, confirm=run_script, say=say, try_all=try_all)
         if mf is not None:
             mf.seconds = time.perf_counter() - begun
             result.models.append(mf)
 
 
-def _confirm(result: FixResult, directory: str, runs, reference: str, labels, cwd, timeout, env, say) -> None:
+def _confirm(result: FixResult, directory: str, runs, reference: str, labels, confirm, cwd, timeout, env,
+             say) -> None:
+    command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
+    result.notes.append(note)
+    if command is None:
+        return
     say("confirming: the script again, with the recipe")
-    result.confirmation = _script_run(directory, runs, reference, labels, result.recipe_path, cwd, timeout, env)
-    if result.confirmation is None:
-        result.notes.append("not a script diff: the replayed calls are the verification (no confirmation run)")
+    result.confirmation = _script_run(directory, runs, reference, labels, result.recipe_path, command, timeout, env)
 
 
-def _script_run(directory: str, runs, reference: str, labels, recipe_path, cwd, timeout, env):
-    """The script again under ``aipc diff`` with ``recipe_path`` on the runs ``labels`` (``None``: not a script diff)."""
-    try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return None
-    target = manifest.get("target") or {}
-    argv = target.get("argv")
-    if not argv:
-        return None
-    app = manifest.get("app") or {}
+def _script_run(directory: str, runs, reference: str, labels, recipe_path, command: ConfirmCommand, timeout, env):
+    """``command`` (one the user named or confirmed) under ``aipc diff`` with ``recipe_path`` on the
+    runs ``labels``, judged against ``reference`` as the diff was."""
+    manifest = read_manifest(directory, MANIFEST)
+    app = manifest.get("app") if isinstance(manifest.get("app"), dict) else {}
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
     options = {lb: dict(runs[lb].options, repairs={"file": recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
     confirm_dir = unused_stem(os.path.join(directory, "fix-confirm"))
-    return run(argv[0], argv[1:], module=bool(target.get("module")),
+    return run(command.argv[0], command.argv[1:], module=command.module,
                backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
-               backend_options=options, directory=confirm_dir, cwd=target.get("cwd") or cwd, timeout=timeout,
+               backend_options=options, directory=confirm_dir, cwd=command.cwd, timeout=timeout,
                env=dict(env or {}), compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
                output_rtol=app.get("rtol"), tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))

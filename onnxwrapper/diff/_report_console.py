@@ -5,12 +5,16 @@ failing line the failed thresholds and the "would have passed with" hint; then r
 one-line cause for every run that did not end normally), the app-level comparison (the diff of
 differing lines and the model call that explains it), call-sequence divergences, localization,
 notes, and the verdict line with the exit status. Sessions are numbered from 1 in creation order,
-as ``aipc -v`` and the JSON and HTML reports number them.
+as ``aipc -v`` and the JSON and HTML reports number them. Every line goes through
+:func:`~onnxwrapper.diff._console_text.console_safe` (control characters escaped, long lines cut),
+so nothing a script prints can hide or rewrite the verdict line.
 """
 
 from __future__ import annotations
 
 import math
+
+from onnxwrapper.diff._console_text import console_safe
 
 __all__ = ["render_table", "fmt", "fmt_metric"]
 
@@ -57,8 +61,12 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
+class _Painted(str):
+    """A line already made console-safe and coloured (its escape sequences are ours)."""
+
+
 def _paint(text: str, colour: str, color: bool) -> str:
-    return f"{colour}{text}{_RESET}" if color else text
+    return _Painted(f"{colour}{console_safe(text)}{_RESET}") if color else text
 
 
 def _rows(result, width: int) -> list:
@@ -189,5 +197,6 @@ def render_table(result, *, color: bool = False, width: int | None = None) -> st
     lines.extend(f"note: {note}" for note in result.notes)
     verdict = result.verdict_line()
     colour = {0: _GREEN, 1: _RED}.get(result.exit_status, _YELLOW)
-    lines.append(_paint(_BOLD + verdict, colour, color) if color else verdict)
-    return "\n".join(lines)
+    lines.append(_Painted(f"{colour}{_BOLD}{console_safe(verdict)}{_RESET}") if color else verdict)
+    # names, messages and script output come from elsewhere: no control sequence reaches the terminal
+    return "\n".join(line if isinstance(line, _Painted) else console_safe(line) for line in lines)

@@ -29,7 +29,6 @@ numpy ``.npz`` file — a ZIP of ``.npy`` members, uncompressed and never pickle
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import re
@@ -40,6 +39,9 @@ import numpy as np
 
 from onnxwrapper.diff._capture_reader import CaptureFormatError, read_capture
 from onnxwrapper.diff._files import write_npz
+from onnxwrapper.diff._npy_bounded import BoundedNpz, read_npy, read_npy_bytes
+from onnxwrapper.diff._untrusted import load_json, malformed, need_dict, need_int, need_list, need_str, optional
+from onnxwrapper.errors import MalformedFileError
 from onnxwrapper.kernel import ort_type_to_numpy
 
 __all__ = ["TENSORS_FORMAT", "TENSORS_VERSION", "TensorSet", "save_tensors", "read_tensors"]
@@ -133,8 +135,10 @@ def read_tensors(path, *, role: str = "inputs", input_specs: Sequence | None = N
 
     Raises:
         FileNotFoundError: no such file or directory.
-        ValueError: a file that is none of the accepted forms, or does not fit the model (the
-            message says what was found and what was expected).
+        MalformedFileError (a ValueError): a truncated or corrupt file, a value of the wrong type,
+            sizes beyond what the file holds (checked before any allocation) — naming the file and
+            the entry. ValueError: a file that is none of the accepted forms, or does not fit the
+            model (the message says what was found and what was expected).
     """
     if role not in ("inputs", "outputs"):
         raise ValueError(f"role must be 'inputs' or 'outputs', got {role!r}")
@@ -160,24 +164,49 @@ def read_tensors(path, *, role: str = "inputs", input_specs: Sequence | None = N
 
 
 # -- .npz ----------------------------------------------------------------------------------------------
+def _read_index(npz: BoundedNpz, path: str) -> dict | None:
+    if _INDEX not in npz.files:
+        return None
+    raw = npz[_INDEX]
+    if raw.dtype.kind != "U" or raw.shape != ():
+        raise malformed(path, _INDEX, f"a {raw.dtype} array of shape {raw.shape}", "a 0-d unicode array holding JSON")
+    try:
+        index = json.loads(str(raw[()]))
+    except (ValueError, RecursionError) as exc:
+        raise malformed(path, _INDEX, f"not JSON ({exc})", "a JSON object") from exc
+    need_dict(index, path, _INDEX, "a JSON object {format, version, iterations, inputs, outputs, metadata}")
+    if index.get("format") != TENSORS_FORMAT:
+        raise ValueError(f"{path}: its __index__ names format {index.get('format')!r}, not {TENSORS_FORMAT!r}")
+    version = need_int(index.get("version", 1), path, f"{_INDEX}.version", low=1)
+    if version > TENSORS_VERSION:
+        raise ValueError(f"{path}: tensor file version {index.get('version')} is newer than this onnxwrapper "
+                         f"reads ({TENSORS_VERSION}); upgrade onnxwrapper")
+    for role in ("inputs", "outputs"):
+        for k, names in enumerate(optional(index, role, lambda v, r=role: need_list(v, path, f"{_INDEX}.{r}"), [])):
+            for name in need_list(names, path, f"{_INDEX}.{role}[{k}]", "a list of tensor names"):
+                need_str(name, path, f"{_INDEX}.{role}[{k}]", "a list of tensor names")
+    optional(index, "metadata", lambda v: need_dict(v, path, f"{_INDEX}.metadata"))
+    return index
+
+
 def _read_npz(path: str, role: str) -> TensorSet:
-    with np.load(path, allow_pickle=False) as npz:
+    with BoundedNpz(path) as npz:
         keys = [k for k in npz.files if k != _INDEX]
-        index = json.loads(str(npz[_INDEX][()])) if _INDEX in npz.files else None
-        if index is not None and index.get("format") != TENSORS_FORMAT:
-            raise ValueError(f"{path}: its __index__ names format {index.get('format')!r}, not {TENSORS_FORMAT!r}")
-        if index is not None and int(index.get("version", 1)) > TENSORS_VERSION:
-            raise ValueError(f"{path}: tensor file version {index.get('version')} is newer than this onnxwrapper "
-                             f"reads ({TENSORS_VERSION}); upgrade onnxwrapper")
+        index = _read_index(npz, path)
         parsed = [_KEY.match(k) for k in keys]
         result = TensorSet(metadata=dict((index or {}).get("metadata") or {}))
         if keys and all(parsed):
-            for m in parsed:
-                items = result.inputs if m.group(1) == "input" else result.outputs
-                k = int(m.group(2))
-                while len(items) <= k:
-                    items.append({})
-                items[k][m.group(3)] = npz[m.group(0)]
+            found: dict = {"input": {}, "output": {}}
+            for m in parsed:  # iteration numbers are checked (dense from 0) before any list grows
+                found[m.group(1)].setdefault(int(m.group(2)), {})[m.group(3)] = m.group(0)
+            for kind, items in (("input", result.inputs), ("output", result.outputs)):
+                iterations = found[kind]
+                missing = next((k for k in range(len(iterations)) if k not in iterations), None)
+                if missing is not None:
+                    last = max(iterations)
+                    raise malformed(path, f"{kind}{last}/…", f"iteration {last} but no {kind}{missing}/…",
+                                    f"{kind} iterations numbered 0, 1, … without gaps")
+                items.extend({n: npz[member] for n, member in iterations[k].items()} for k in range(len(iterations)))
             if index is not None:  # keep the model order the index records
                 for items, names in ((result.inputs, index.get("inputs") or []),
                                      (result.outputs, index.get("outputs") or [])):
@@ -190,7 +219,8 @@ def _read_npz(path: str, role: str) -> TensorSet:
 
 
 def _one_array(path: str, role: str, specs: Sequence | None) -> TensorSet:
-    arr = np.load(path, allow_pickle=False)
+    with open(path, "rb") as f:
+        arr = read_npy(f, os.fstat(f.fileno()).st_size, path)
     names = [s.name for s in specs or ()]
     if len(names) != 1:
         what = "input" if role == "inputs" else "output"
@@ -201,41 +231,72 @@ def _one_array(path: str, role: str, specs: Sequence | None) -> TensorSet:
 
 
 # -- JSON ----------------------------------------------------------------------------------------------
-def _decode_polygraphy(value: Any) -> Any:
+def _decode_polygraphy(value: Any, path: str, entry: str) -> Any:
     if isinstance(value, dict) and value.get("polygraphy_class") == "ndarray":
-        return np.load(io.BytesIO(base64.b64decode(value["array"])), allow_pickle=False)
+        text = need_str(value.get("array"), path, f"{entry}.array", "the base64 text of numpy.save bytes")
+        try:
+            data = base64.b64decode(text, validate=True)
+        except ValueError as exc:
+            raise malformed(path, f"{entry}.array", f"not base64 ({exc})", "the base64 text of numpy.save bytes") from exc
+        return read_npy_bytes(data, path, f"{entry}.array")
     if isinstance(value, dict) and value.get("polygraphy_class") == "LazyArray":
-        return _decode_polygraphy(value["values"])
+        return _decode_polygraphy(value.get("values"), path, f"{entry}.values")
     return value
 
 
+def _read_run_results(doc: dict, path: str) -> TensorSet:
+    runs = need_list(doc.get("lst"), path, "lst", "a list of [runner name, [iteration results]]")
+    if not runs:
+        raise ValueError(f"{path}: Polygraphy RunResults without any runner")
+    first = need_list(runs[0], path, "lst[0]", "[runner name, [iteration results]]")
+    if len(first) != 2:
+        raise malformed(path, "lst[0]", f"a list of {len(first)} items", "[runner name, [iteration results]]")
+    name = need_str(first[0], path, "lst[0][0]", "the runner's name")
+    iterations = []
+    for k, it in enumerate(need_list(first[1], path, "lst[0][1]", "a list of iteration results")):
+        it = need_dict(it, path, f"lst[0][1][{k}]", "an IterationResult object")
+        outputs = optional(it, "outputs", lambda v, k=k: need_dict(v, path, f"lst[0][1][{k}].outputs",
+                                                                   "an object {name: array}"), {})
+        iterations.append({n: _as_array(_decode_polygraphy(v, path, f"lst[0][1][{k}].outputs.{n}"), None, path,
+                                        f"lst[0][1][{k}].outputs.{n}") for n, v in outputs.items()})
+    return TensorSet(outputs=iterations, metadata={"producer": f"polygraphy runner {name}"})
+
+
+def _as_array(value: Any, dtype, path: str, entry: str) -> np.ndarray:
+    """A JSON value (nested lists of numbers) as an array of ``dtype``; never an object array."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, dict):
+        raise malformed(path, entry, "an object", "a number, a nested list of numbers or a Polygraphy array")
+    try:
+        with np.errstate(over="raise", invalid="ignore"):  # 1e308 into float32: an error, not inf
+            arr = np.array(value, dtype=dtype)
+    except (TypeError, ValueError, OverflowError, FloatingPointError) as exc:
+        expected = f"numbers that fit {np.dtype(dtype).name}" if dtype is not None else "a nested list of numbers"
+        raise malformed(path, entry, f"not a numeric array ({exc})", expected) from exc
+    if arr.dtype.hasobject:
+        huge = all(isinstance(v, int) for v in arr.reshape(-1))
+        raise malformed(path, entry, "integers beyond 64 bits" if huge else "a ragged or mixed list",
+                        "a rectangular nested list of numbers" + (" within int64/uint64" if huge else ""))
+    return arr
+
+
 def _read_json(path: str, role: str, specs: Sequence | None) -> TensorSet:
-    with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+    doc = load_json(path)
     dtypes = {s.name: _np_dtype(s.type) for s in specs or ()}
     if isinstance(doc, dict) and doc.get("polygraphy_class") == "RunResults":
-        runs = doc.get("lst") or []
-        if not runs:
-            raise ValueError(f"{path}: Polygraphy RunResults without any runner")
-        iterations = [{n: _decode_polygraphy(v) for n, v in (it.get("outputs") or {}).items()} for it in runs[0][1]]
-        result = TensorSet(outputs=iterations, metadata={"producer": f"polygraphy runner {runs[0][0]}"})
-        return result
+        return _read_run_results(doc, path)
     items = doc if isinstance(doc, list) else [doc]
     if not items or not all(isinstance(i, dict) for i in items):
         raise ValueError(f"{path}: expected a JSON object {{name: values}} or a list of such objects (one per "
                          f"iteration)")
     iterations = []
     for k, item in enumerate(items):
+        entry = f"iteration {k}" if isinstance(doc, list) else ""
         feeds = {}
         for name, value in item.items():
-            value = _decode_polygraphy(value)
-            if isinstance(value, np.ndarray):
-                feeds[name] = value
-                continue
-            try:
-                feeds[name] = np.array(value, dtype=dtypes.get(name))
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"{path}: iteration {k}, '{name}': not a numeric array ({exc})") from exc
+            where = f"{entry}, '{name}'" if entry else f"'{name}'"
+            feeds[name] = _as_array(_decode_polygraphy(value, path, where), dtypes.get(name), path, where)
         iterations.append(feeds)
     return TensorSet(inputs=iterations) if role == "inputs" else TensorSet(outputs=iterations)
 
@@ -253,7 +314,8 @@ def _read_capture_dir(path: str, input_specs: Sequence | None, model_key: str | 
     try:
         cap = read_capture(path)
     except (CaptureFormatError, FileNotFoundError) as exc:
-        raise ValueError(f"{path}: a directory, but not a capture directory ({exc})") from exc
+        raise MalformedFileError(f"{path}: a directory, but not a capture directory ({exc})", path=path,
+                                 entry=getattr(exc, "entry", None)) from exc
     keys = _capture_models(cap, model_key, model_sha256, [s.name for s in input_specs or ()])
     if not keys:
         raise ValueError(f"{path}: the capture holds no call of this model (models recorded: "

@@ -39,8 +39,13 @@ manage cache files themselves. Properties:
   it; a miss builds into a temporary per-process cache instead, with one WARNING (logger
   ``onnxwrapper.cache``) per cache root; that temporary cache is removed at exit.
 
-Limits: the cache trusts its directory (no protection against a malicious writer with access to
-it); on network file systems without working ``flock`` the single-builder guarantee is lost
+* **Other users**: the root must be owned by this user (or root) and not writable by group or
+  others, else :class:`~onnxwrapper.errors.ArtifactError`; what the cache creates is private
+  (``0700``/``0600``) whatever the umask; no symbolic link inside it is followed; a hit of the QNN
+  backend is served only when the entry's provenance record matches the session
+  (:mod:`onnxwrapper.kernel._cache_safety`, docs/security.md).
+
+Limits: on network file systems without working ``flock`` the single-builder guarantee is lost
 (entries stay consistent because of the atomic rename).
 """
 
@@ -60,7 +65,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel._cache_eviction import CacheEviction
-from onnxwrapper.kernel._files_in_use import remove_tree
+from onnxwrapper.kernel._cache_safety import (check_root, is_plain_dir, make_private, private_makedirs, regular_stat,
+                                              touch_stamp)
+from onnxwrapper.kernel._files_in_use import detach_entry, remove_tree
 from onnxwrapper.kernel._cache_entry import (DEFAULT_MAX_BYTES, ENV_CACHE_DIR,
                                              ENV_CACHE_MAX_BYTES, FORMAT_VERSION, MANIFEST, RACY_SECONDS, STAMP, CacheEntry,
                                              _checksums, _list_files, _sha256_file, crc32_file,
@@ -96,6 +103,7 @@ class ArtifactCache(CacheEviction):
     def __init__(self, root: str | os.PathLike | None = None, *, max_bytes: int | None = None,
                  lock_timeout: float = 3600.0) -> None:
         self.root = default_cache_dir(root)
+        check_root(self.root)  # owned by this user (or root), not writable by others: kernel/_cache_safety.py
         if max_bytes is None:
             env = os.environ.get(ENV_CACHE_MAX_BYTES, "").strip()
             max_bytes = int(env) if env.isdigit() else DEFAULT_MAX_BYTES
@@ -111,7 +119,7 @@ class ArtifactCache(CacheEviction):
         import filelock
 
         locks = os.path.join(self.root, "locks")
-        os.makedirs(locks, exist_ok=True)
+        private_makedirs(locks)
         return filelock.FileLock(os.path.join(locks, key + ".lock"),
                                  timeout=self.lock_timeout if timeout is None else timeout)
 
@@ -171,11 +179,12 @@ class ArtifactCache(CacheEviction):
         directory = self.entry_dir(key)
         if not os.path.isdir(directory):
             return None
-        problem = None
+        problem = None if is_plain_dir(directory) else "its folder is a symbolic link (never followed)"
         manifest: dict = {}
         try:
-            with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
-                manifest = json.load(f)
+            if problem is None:
+                with open(os.path.join(directory, MANIFEST), encoding="utf-8") as f:
+                    manifest = json.load(f)
         except (OSError, ValueError) as exc:
             problem = f"unreadable manifest ({type(exc).__name__}: {exc})"
         if problem is None and (manifest.get("format") != FORMAT_VERSION or manifest.get("key") != key):
@@ -200,11 +209,13 @@ class ArtifactCache(CacheEviction):
         racy = False
         states = []
         for name, info in sorted(files.items()):
+            if any(part in ("", ".", "..") for part in name.split("/")) or os.path.isabs(name):
+                return f"file name {name!r} leaves the entry"
             path = os.path.join(directory, *name.split("/"))
             try:
-                st = os.stat(path)
+                st = regular_stat(path)  # no symbolic link is followed inside the cache
             except OSError:
-                return f"file {name} is missing"
+                return f"file {name} is missing or not a regular file"
             if st.st_size != int(info["size"]):
                 return f"file {name} has {st.st_size} bytes, expected {info['size']} (truncated or modified)"
             states.append((name, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev))
@@ -228,13 +239,7 @@ class ArtifactCache(CacheEviction):
         return None
 
     def _touch(self, directory: str) -> None:
-        stamp = os.path.join(directory, STAMP)
-        try:
-            with open(stamp, "a", encoding="utf-8"):
-                pass
-            os.utime(stamp)
-        except OSError:  # a read-only cache still works, only LRU order degrades
-            pass
+        touch_stamp(os.path.join(directory, STAMP))  # never through a symbolic link; never raises
 
     def _used(self, entry: CacheEntry | None) -> CacheEntry | None:
         """``entry``, marked as used (LRU order) when it is not ``None``."""
@@ -324,9 +329,9 @@ class ArtifactCache(CacheEviction):
 
     def _build(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
         tmp_root = os.path.join(self.root, "tmp")
-        os.makedirs(tmp_root, exist_ok=True)
+        private_makedirs(tmp_root)
         tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{os.urandom(4).hex()}")
-        os.makedirs(tmp)
+        os.makedirs(tmp, mode=0o700)
         start = time.perf_counter()
         try:
             meta = dict(build(tmp) or {})
@@ -341,8 +346,9 @@ class ArtifactCache(CacheEviction):
             with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
                 json.dump(manifest, f, indent=1, sort_keys=True, default=str)
             self._touch(tmp)
+            make_private(tmp)  # 0700 folders, 0600 files, whatever the umask
             final = self.entry_dir(key)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
+            private_makedirs(os.path.dirname(final))
             in_use = os.path.exists(final) and not self._remove_dir(final)  # a corrupt entry still in use
             try:
                 if not in_use:
@@ -352,23 +358,13 @@ class ArtifactCache(CacheEviction):
             except OSError as exc:
                 raise ArtifactError(f"Could not move the new cache entry into {final}: {exc}", path=final) from exc
             if in_use:
-                final = self._detach(key, tmp)
+                final = detach_entry(os.path.join(self.root, "tmp"), key, tmp)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         _log.info("onnxwrapper cache: built entry %s (%d files, %.1f MB) in %.2f s", key[:16], len(files),
                   sum(i["size"] for i in files.values()) / 1e6, seconds)
         return CacheEntry(key, final, {n: i["size"] for n, i in files.items()}, meta, created, False, seconds)
-
-    def _detach(self, key: str, tmp: str) -> str:
-        """The freshly built ``tmp`` entry, kept under ``tmp`` for this process because the entry's own
-        folder holds a corrupt entry another process is using (removed later as a stale temporary)."""
-        detached = os.path.join(self.root, "tmp", f"detached.{key[:16]}.{os.getpid()}.{os.urandom(4).hex()}")
-        os.replace(tmp, detached)
-        _log.warning("onnxwrapper cache: entry %s is in use by another process and could not be replaced; this "
-                     "process uses a fresh copy (%s), and a later process will replace the entry", key[:16],
-                     detached)
-        return detached
 
     # -- maintenance -----------------------------------------------------------------------------
     def _remove_dir(self, directory: str) -> bool:

@@ -57,7 +57,7 @@ class CacheEviction:
                 files = _list_files(directory) if os.path.isdir(directory) else {}
                 size = sum(os.path.getsize(p) for p in files.values())
             try:
-                used = os.path.getmtime(os.path.join(directory, STAMP))
+                used = os.lstat(os.path.join(directory, STAMP)).st_mtime  # a planted link is not followed
             except OSError:
                 used = 0.0
             result.append((key, size, used))

@@ -11,6 +11,8 @@ by an app is such a file. On POSIX systems all of this succeeds (an open file li
   renamed aside; if one cannot be, the others are put back and nothing changed.
 * :func:`remove_tree` removes a folder only by first renaming it aside (into a trash folder):
   a folder that cannot be renamed is in use and is left whole, never half-deleted.
+* :func:`detach_entry` keeps a freshly built cache entry aside for this process when the entry's
+  own folder is in use by another process.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Sequence
 
 from onnxwrapper.errors import ArtifactError
 
-__all__ = ["IN_USE_HINT", "remove_tree", "replace_files"]
+__all__ = ["IN_USE_HINT", "detach_entry", "remove_tree", "replace_files"]
 
 _log = logging.getLogger("onnxwrapper")
 
@@ -84,3 +86,23 @@ def remove_tree(directory: str, trash: str) -> bool:
         trash = directory
     shutil.rmtree(trash, ignore_errors=True)
     return True
+
+
+def detach_entry(tmp_root: str, key: str, built: str) -> str:
+    """Move the freshly built cache entry folder ``built`` to a private name under ``tmp_root`` and
+    return it: this process uses that copy because the entry's own folder holds a corrupt entry
+    another process is using (a later process replaces the entry; the copy is removed later as a
+    stale temporary).
+
+    Args:
+        tmp_root: the cache's folder of temporaries. key: the entry's hex key (logged, named).
+        built: the built entry folder (same file system as ``tmp_root``).
+
+    Raises:
+        OSError: the rename failed.
+    """
+    detached = os.path.join(tmp_root, f"detached.{key[:16]}.{os.getpid()}.{os.urandom(4).hex()}")
+    os.replace(built, detached)
+    _log.warning("onnxwrapper cache: entry %s is in use by another process and could not be replaced; this "
+                 "process uses a fresh copy (%s), and a later process will replace the entry", key[:16], detached)
+    return detached

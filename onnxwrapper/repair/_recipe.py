@@ -17,7 +17,8 @@ Written by ``aipc fix`` (``onnxwrapper.diff.fix``), applied by the QNN backend (
           ],
           "cpu_subgraphs": [["Pow_7"]],          # node names run on the CPU (after the rewrites)
           "precision": null,                     # or "fp32": the backend's higher precision
-          "verified": {...},                     # how aipc fix verified it (free object)
+          "verified": {...},                     # how aipc fix verified it (free object: proves nothing)
+          "checks": {"peaks": {"x": 2.1e5}},     # largest |value| of each tensor a rescale scales (checked)
           "note": "..."
         }
       }
@@ -36,6 +37,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -95,6 +97,7 @@ class ModelRecipe:
     precision: str | None = None
     verified: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
+    checks: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def cpu_nodes(self) -> tuple:
@@ -126,7 +129,7 @@ class ModelRecipe:
         """The JSON object stored under the model's hash."""
         return {"name": self.name, "key": self.key, "rewrites": [r.to_dict() for r in self.rewrites],
                 "cpu_subgraphs": [list(g) for g in self.cpu_subgraphs], "precision": self.precision,
-                "verified": dict(self.verified), "note": self.note}
+                "verified": dict(self.verified), "note": self.note, "checks": dict(self.checks)}
 
 
 def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
@@ -134,14 +137,19 @@ def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
     if not isinstance(doc, Mapping):
         raise RecipeError(f"The {where} is not a JSON object.", path=path)
     rewrites = []
-    for item in doc.get("rewrites") or ():
+    items = doc.get("rewrites") or ()
+    if not isinstance(items, (list, tuple)):
+        raise RecipeError(f"The {where}: 'rewrites' must be a list, got {type(items).__name__}.", path=path)
+    for item in items:
         if not isinstance(item, Mapping) or not isinstance(item.get("rewrite"), str) or not isinstance(
                 item.get("node"), str):
             raise RecipeError(f"The {where} has a rewrite without a 'rewrite' and 'node' name: {item!r}.", path=path)
         params = item.get("params") or {}
+        if not isinstance(params, Mapping):
+            raise RecipeError(f"The {where} has a rewrite whose 'params' is not an object: {item!r}.", path=path)
         try:
             get_patch(item["rewrite"]).configure(**params)
-        except (PatchError, TypeError) as exc:
+        except (PatchError, TypeError, ValueError, OverflowError) as exc:
             raise RecipeError(f"The {where} has an unusable rewrite {item!r}: {exc}", path=path) from exc
         rewrites.append(Rewrite(item["rewrite"].lower(), item["node"], dict(params)))
     groups = doc.get("cpu_subgraphs") or ()
@@ -152,9 +160,25 @@ def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
     precision = doc.get("precision")
     if precision not in PRECISIONS:
         raise RecipeError(f"The {where}: precision must be null, 'fp16' or 'fp32', got {precision!r}.", path=path)
+    verified = doc.get("verified") or {}
+    if not isinstance(verified, Mapping):
+        raise RecipeError(f"The {where}: 'verified' must be an object, got {type(verified).__name__}.", path=path)
     return ModelRecipe(sha, str(doc.get("name") or ""), str(doc.get("key") or ""), tuple(rewrites),
-                       tuple(tuple(g) for g in groups), precision, dict(doc.get("verified") or {}),
-                       str(doc.get("note") or ""))
+                       tuple(tuple(g) for g in groups), precision, dict(verified), str(doc.get("note") or ""),
+                       _checks_from(doc.get("checks"), where, path))
+
+
+def _checks_from(doc: Any, where: str, path: str | None) -> dict:
+    """The ``checks`` object: ``{"peaks": {tensor: largest |value| >= 0}}`` (``{}`` when absent)."""
+    if doc is None:
+        return {}
+    peaks = doc.get("peaks", {}) if isinstance(doc, Mapping) else None
+    if not isinstance(peaks, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and v >= 0 for k, v in peaks.items()):
+        raise RecipeError(f"The {where}: 'checks' must be {{\"peaks\": {{tensor name: a finite number >= 0}}}}.",
+                          path=path)
+    return {"peaks": {k: float(v) for k, v in peaks.items()}}
 
 
 @dataclass(frozen=True)
@@ -240,7 +264,7 @@ def load_recipes(source) -> RecipeBook:
                 doc = json.load(f)
         except FileNotFoundError as exc:
             raise RecipeError(f"Repair recipe {path} does not exist (write one with `aipc fix`).", path=path) from exc
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise RecipeError(f"Repair recipe {path} is not a readable JSON file: {exc}.", path=path) from exc
     else:
         raise RecipeError(f"A repair recipe is a file path or a dict, got {type(source).__name__}.")
@@ -259,4 +283,5 @@ def load_recipes(source) -> RecipeBook:
         if not isinstance(sha, str) or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
             raise RecipeError(f"{path or 'The recipe'}: {sha!r} is not a sha256 hex digest of a model.", path=path)
         recipes[sha] = _recipe_from(sha, entry, path)
-    return RecipeBook(recipes, path, str(doc.get("created") or ""), dict(doc.get("tool") or {}))
+    tool = doc.get("tool") if isinstance(doc.get("tool"), Mapping) else {}
+    return RecipeBook(recipes, path, str(doc.get("created") or ""), {str(k): str(v) for k, v in tool.items()})

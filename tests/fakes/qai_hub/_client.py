@@ -15,17 +15,19 @@ farm does not accept -> ``UserError("Failed to authenticate. ...")`` (HTTP 401 m
 from __future__ import annotations
 
 import configparser
+import errno
 import os
+import socket
 import posixpath
 from pathlib import Path
 from urllib.parse import urljoin
 
 from ._assets import SUPPORT_EMAIL, Dataset, Model, visible_textbox
 from ._compile import load_onnx, read_target
-from ._errors import UserError
+from ._errors import InternalError, UserError
 from ._farm import StoredModel
 from ._runtime import session_for
-from ._submit import SubmitMixin
+from ._submit import TRANSPORT_RETRY_SECONDS, SubmitMixin
 from ._types import (DEFAULT_HUB_WEB_URL, MODEL_TYPES_BY_EXTENSION, ClientConfig, Device, SourceModelType,
                      _validate_device_params)
 
@@ -122,6 +124,8 @@ class Client(SubmitMixin):
     def _api(self, call: str, poll: bool = False, **summary) -> None:
         """One authenticated API request against the farm (raises like ``Client._api_call``)."""
         config = self.config
+        if self._farm.unreachable:
+            self._offline(config.api_url)
         if config.api_token not in self._farm.tokens:
             raise UserError("Failed to authenticate.\n" + visible_textbox(
                 f"Failure to authenticate is likely caused by a bad or expired API token. "
@@ -129,6 +133,20 @@ class Client(SubmitMixin):
         self._farm.calls.append((call, summary))
         if poll:
             self._farm.take_poll_failure()
+
+    def _offline(self, api_url: str) -> None:
+        """No network: what ``Client._handle_api_exception`` raises for a ``requests`` ConnectionError,
+        after the session's transport retries; the OS error is in the chain as urllib3 puts it."""
+        self._farm.clock.advance(TRANSPORT_RETRY_SECONDS)
+        if self._farm.unreachable == "dns":
+            os_error: OSError = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        else:
+            os_error = ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        connection = OSError(f"HTTPSConnectionPool: Max retries exceeded (Caused by NewConnectionError: {os_error})")
+        connection.__cause__ = os_error  # stands for requests.exceptions.ConnectionError (an OSError)
+        raise InternalError("Internal API failure.\n" + visible_textbox(
+            f"Could not connect to Qualcomm AI Hub. Please visit {api_url} to check the service's status.")) \
+            from connection
 
     def _web_url(self, kind: str, asset_id: str) -> str:
         return urljoin(self.config.web_url, posixpath.join(kind, asset_id, ""))

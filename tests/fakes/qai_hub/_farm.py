@@ -8,7 +8,8 @@ Tests configure and inspect it; production code never sees it. It holds:
   the catalog is illustrative, not the real fleet);
 * stores of models, datasets and jobs, and :attr:`uploads` - every model/dataset that "left the
   machine" (kind, name, size, sha256), for "nothing is uploaded unless ..." tests;
-* fault injection: :meth:`reject_next_submits` (HTTP status on job creation: 429 -> rate limit,
+* fault injection: :meth:`go_offline` (no network: connection refused or name lookup failed),
+  :meth:`reject_next_submits` (HTTP status on job creation: 429 -> rate limit,
   other 4xx -> ``UserError``, 5xx -> ``InternalError``), :meth:`fail_next_polls` (job-status
   requests fail with ``InternalError``), :meth:`fail_next_job` (the job ends
   ``FAILED`` with a message), :meth:`hang_next_job` (the job never finishes until the server limit
@@ -115,6 +116,7 @@ class Farm:
         self._rejections: deque = deque()
         self._plans: deque = deque()
         self._poll_failures: deque = deque()
+        self.unreachable: str | None = None
         plan = os.environ.get("QAI_HUB_DOUBLE_PLAN", "").strip()
         if plan:
             self.apply_plan(json.loads(plan))
@@ -123,7 +125,7 @@ class Farm:
         """Apply fault injections given as data, e.g. ``[{"call": "fail_next_job", "message": "boom",
         "kind": "inference"}, {"call": "reject_next_submits", "count": 2, "status": 429},
         {"set": "max_dataset_bytes", "value": 1000}]``."""
-        allowed = {"reject_next_submits", "fail_next_job", "hang_next_job", "fail_next_polls"}
+        allowed = {"reject_next_submits", "fail_next_job", "hang_next_job", "fail_next_polls", "go_offline"}
         for item in plan:
             item = dict(item)
             if "set" in item:
@@ -162,6 +164,15 @@ class Farm:
         """The next ``count`` job-status requests fail with HTTP ``status`` (the real client's
         transport retries exhausted: ``InternalError``)."""
         self._poll_failures.extend([status] * count)
+
+    def go_offline(self, cause: str = "refused") -> None:
+        """Every request fails as the real client fails without a network: after its transport
+        retries (charged to the clock), ``InternalError("… Could not connect to …")`` from a
+        connection error whose chain holds the OS error — ``cause`` ``"refused"``
+        (``ConnectionRefusedError``) or ``"dns"`` (``socket.gaierror``)."""
+        if cause not in ("refused", "dns"):
+            raise ValueError(f"cause must be 'refused' or 'dns', got {cause!r}")
+        self.unreachable = cause
 
     # -- service internals used by the double's client --------------------------------------
     def take_poll_failure(self) -> None:
