@@ -148,7 +148,7 @@ def test_each_family_gets_a_verified_recipe(tmp_path, child_env):
     d = tmp_path / "d"
     proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    result = diff.fix(d, localize=False, cwd=tmp_path, env=child_env)
+    result = diff.fix(d, localize=False, confirm=True, cwd=tmp_path, env=child_env)
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
     assert set(by_model) == {"t5_ffn", "unet_block", "lstm_drift"}, result.text()
@@ -183,7 +183,10 @@ def test_an_app_level_mismatch_whose_tensors_pass_is_repaired_by_the_script(tmp_
     d = tmp_path / "d"
     proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
     assert proc.returncode == 1 and "MISMATCH (app output)" in proc.stdout, proc.stdout + proc.stderr
-    result = diff.fix(d, cwd=tmp_path, env=child_env)
+    untried = diff.fix(d, cwd=tmp_path, env=child_env)  # judging a candidate runs the script: only one you name
+    assert untried.app_untried == ["qnn"] and not untried.models and untried.exit_status == 1, untried.text()
+    assert "--confirm-with" in untried.text()
+    result = diff.fix(d, confirm=True, cwd=tmp_path, env=child_env)
     assert result.exit_status == 0, result.text()
     (m,) = result.models
     assert m.chosen.kind == "cpu" and m.recipe.cpu_subgraphs == (("score",),)

@@ -262,7 +262,7 @@ def _fix_app(result: FixResult, result_check, reference, directory, backends, re
     is judged by running the script again, so only with a command the user named or confirmed
     (:mod:`onnxwrapper.diff._fix_confirm`): a diff folder never chooses what runs."""
     runs = result_check.runs
-    command = None
+    command, _note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
     for label, app in sorted(result_check.app.items()):
         if app.status != "differs" or (backends is not None and label not in set(backends)):
             continue
@@ -270,12 +270,8 @@ def _fix_app(result: FixResult, result_check, reference, directory, backends, re
         if not _takes_repairs(run_.backend) or "cpu" not in remedies and "precision" not in remedies:
             continue
         if command is None:
-            command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
-            if command is None:
-                result.notes.append(f"{label}: the script's output differs while its tensors pass; app-level "
-                                    f"candidates are judged by running the script again, which needs a command "
-                                    f"you name — {note}")
-                return
+            result.app_untried.append(label)
+            continue
         begun = time.perf_counter()
 
         def run_script(path, _label=label):

@@ -41,6 +41,7 @@ class ModelFix:
     recipe: object = None
     notes: list = field(default_factory=list)
     seconds: float = 0.0
+    app_untried: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         loc = self.localization or {}
@@ -101,6 +102,8 @@ class FixResult:
         failing (backend, model). recipe_path: the recipe file written (``None``: nothing passed).
         confirmation: the :class:`~onnxwrapper.diff.DiffResult` of the script run with the recipe,
         or ``None``. notes: general facts. seconds: wall time of the whole fix (confirmation included).
+        app_untried: run labels whose script output differs (tensors passing) but whose app-level
+        candidates were not tried, because judging them runs the script and no command was named.
     """
 
     directory: str
@@ -110,6 +113,7 @@ class FixResult:
     confirmation: object = None
     notes: list = field(default_factory=list)
     seconds: float = 0.0
+    app_untried: list = field(default_factory=list)
 
     @property
     def repaired(self) -> bool:
@@ -122,7 +126,7 @@ class FixResult:
         """0 repaired; 1 not every model could be repaired (or the confirmation failed); 2 a baseline
         could not run; 3 nothing to repair was found (the table of every aipc command, docs/loader.md)."""
         if not self.models:
-            return EXIT_NOTHING_TO_REPAIR
+            return EXIT_MISMATCH if self.app_untried else EXIT_NOTHING_TO_REPAIR
         if any(m.baseline is not None and m.baseline.status == "error" for m in self.models):
             return EXIT_BACKEND_FAILED
         return EXIT_OK if self.repaired else EXIT_MISMATCH
@@ -130,7 +134,11 @@ class FixResult:
     def text(self) -> str:
         """The console report."""
         lines = [f"aipc fix — {self.directory}"]
-        if not self.models:
+        if self.app_untried:
+            lines.append(f"not repaired: the script's output differs on {', '.join(self.app_untried)} while every "
+                         "tensor passes; app-level candidates are judged by running the script, so name it: "
+                         "aipc fix DIR --confirm-with SCRIPT ARGS… (or --confirm for the recorded one)")
+        elif not self.models:
             lines.append("nothing to repair: no output of the diff failed on values (a crash, a divergence or "
                          "the app level alone cannot be repaired here)")
         for m in self.models:
@@ -177,7 +185,7 @@ class FixResult:
                 "models": [m.to_dict() for m in self.models], "seconds": self.seconds,
                 "confirmation": None if conf is None else {"verdict_line": conf.verdict_line(), "state": conf.state,
                                                            "directory": conf.directory},
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "app_untried": list(self.app_untried)}
 
     def write_json(self, path) -> str:
         """Write :meth:`to_dict` (non-finite numbers as strings) atomically; returns the path."""

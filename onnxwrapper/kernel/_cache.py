@@ -160,7 +160,7 @@ class ArtifactCache(CacheEviction):
             return known
         locks = os.path.join(self.root, "locks")
         try:
-            os.makedirs(locks, exist_ok=True)
+            private_makedirs(locks)
             with tempfile.TemporaryFile(dir=locks, prefix=".probe-"):
                 pass
             writable = True

@@ -23,6 +23,7 @@ import shutil
 from typing import Sequence
 
 from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel._cache_safety import private_makedirs
 
 __all__ = ["IN_USE_HINT", "detach_entry", "remove_tree", "replace_files"]
 
@@ -76,7 +77,7 @@ def remove_tree(directory: str, trash: str) -> bool:
         renamed because of a ``PermissionError``) and was left untouched.
     """
     try:
-        os.makedirs(os.path.dirname(trash), exist_ok=True)
+        private_makedirs(os.path.dirname(trash))
         os.replace(directory, trash)
     except FileNotFoundError:
         return not os.path.exists(directory)
