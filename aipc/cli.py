@@ -8,7 +8,7 @@ Forms::
     aipc diff|fix|inspect|compile|capture|doctor [options…]
     aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
     aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
-    aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc._cmd_precompile)
+    aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc.commands.precompile)
 
 A subcommand other than ``run`` lives in ``aipc._cmd_<name>``, a module exposing
 ``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when invoked, and a
@@ -32,22 +32,23 @@ import sys
 import textwrap
 from typing import Sequence
 
-from aipc import _cmd_run, _shadowing
+from aipc import _shadowing
+from aipc.commands import run as _cmd_run
 from aipc._console_encoding import make_output_safe
 from aipc._exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, table_text
 from aipc_loader import _env
 
 __all__ = ["main", "SUBCOMMANDS", "help_text"]
 
-#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc._cmd_run`.
+#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc.commands.run`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("aipc._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
-    "diff": ("aipc._cmd_diff", "run a script on two backends and compare every session's outputs"),
-    "fix": ("aipc._cmd_fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
-    "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
-    "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
-    "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
-    "doctor": ("aipc._cmd_doctor", "field self-test: platform, NPU or simulator, SoC, and canary models vs the CPU"),
+    "run": ("aipc.commands.run", "run an unchanged onnxruntime script on a backend (the default)"),
+    "diff": ("aipc.commands.diff", "run a script on two backends and compare every session's outputs"),
+    "fix": ("aipc.commands.fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
+    "inspect": ("aipc.commands.inspect", "show backends, a model's operators and its partition"),
+    "compile": ("aipc.commands.compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
+    "capture": ("aipc.commands.capture", "record a script's session inputs (on CPU) as calibration data"),
+    "doctor": ("aipc.commands.doctor", "field self-test: platform, NPU or simulator, SoC, and canary models vs the CPU"),
 }
 
 
@@ -130,13 +131,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if first == "run":
         return _cmd_run.run_command(argv[1:], help_text=_cmd_run.run_help)
     if first == "diff" and _model_diff(argv[1:]):
-        from aipc._cmd_model import diff_model_command
+        from aipc.commands.model import diff_model_command
 
         make_output_safe()
 
         return diff_model_command(argv[1:])
     if first == "compile" and any(t == "--from-capture" or t.startswith("--from-capture=") for t in argv[1:]):
-        return _subcommand(first, argv[1:], "aipc._cmd_precompile")
+        return _subcommand(first, argv[1:], "aipc.commands.precompile")
     if first in SUBCOMMANDS:
         return _subcommand(first, argv[1:])
     typo = _subcommand_typo(first)
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _model_diff(argv: list) -> bool:
     """``aipc diff --model M.onnx …`` or ``aipc diff [options] M.onnx …``: the first positional (after
     the options of ``aipc diff script.py``) is a model, never a script."""
-    from aipc import _cmd_diff
+    from aipc.commands import diff as _cmd_diff
 
     probe = argparse.ArgumentParser(add_help=False)
     _cmd_diff.add_arguments(probe)

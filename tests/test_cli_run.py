@@ -12,7 +12,7 @@ import pytest
 
 from aipc import cli
 from aipc_loader import _env
-from aipc._cmd_run import EXIT_UNAVAILABLE, EXIT_USAGE, split_argv
+from aipc.commands.run import EXIT_UNAVAILABLE, EXIT_USAGE, split_argv
 from tests.test_loader_support import REPO, aipc, clean_env, needs_qnn, run, write, write_model
 
 SESSION_SCRIPT = """\

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from aipc._script_literals import comment_line, docstring
+from aipc.args._script_literals import comment_line, docstring
 from onnxwrapper import diff
 from onnxwrapper.diff import _fix
 from onnxwrapper.repair import ModelRecipe

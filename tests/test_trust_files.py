@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from numpy.lib import format as npformat
 
-from aipc._capture_signatures import plan_capture
+from aipc.commands._capture_signatures import plan_capture
 from onnxwrapper import diff
 from onnxwrapper.errors import MalformedFileError
 from tests import models

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from aipc._exit_codes import UsageError
-from aipc._script_literals import comment_line, docstring
+from aipc.args._script_literals import comment_line, docstring
 
 __all__ = ["ArgGroup", "Tool", "Plan", "Call", "Ref", "UsageError"]
 
@@ -122,7 +122,7 @@ class Plan:
     def render(self, *, title: str, command: str) -> str:
         """The standalone script: a docstring, the imports, the constants, one block per call,
         and ``sys.exit(...)`` of the plan's result. ``title`` and ``command`` (which name files from
-        elsewhere) are written as escaped literals (:mod:`aipc._script_literals`), never pasted."""
+        elsewhere) are written as escaped literals (:mod:`aipc.args._script_literals`), never pasted."""
         import textwrap
 
         about = textwrap.wrap(f"Written by `{command}` with --gen-script. It calls onnxwrapper's public API "

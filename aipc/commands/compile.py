@@ -46,11 +46,11 @@ import time
 from typing import Any
 
 import onnxwrapper
-from aipc._cmd_inspect import add_model_options, model_options
-from aipc._cmd_run import say
+from aipc.commands.inspect import add_model_options, model_options
+from aipc.commands.run import say
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE
-from aipc._qnn_profile import profile_compiled, read_qnn_profile
-from aipc._repairs import apply_to_proto, compile_option, recipe_for_file
+from aipc.commands._qnn_profile import profile_compiled, read_qnn_profile
+from aipc.commands._compile_recipe import apply_to_proto, compile_option, recipe_for_file
 from onnxwrapper.backends.qnn import compile_model
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import PartialOffloadWarning, dynamic_inputs
@@ -58,7 +58,7 @@ from onnxwrapper.patches import apply_patches, find_patches, load_model_proto, n
 from onnxwrapper.toolkit import (CalibrationError, calibration_from_capture, make_static, quantize_qdq, rule_reason,
                                  three_way_check)
 
-__all__ = ["add_arguments", "main", "read_qnn_profile"]  # read_qnn_profile: from aipc._qnn_profile
+__all__ = ["add_arguments", "main", "read_qnn_profile"]  # read_qnn_profile: from aipc.commands._qnn_profile
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

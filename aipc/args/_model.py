@@ -1,13 +1,13 @@
 """Argument groups of the model workflows (``aipc run MODEL.onnx``, ``aipc diff --model``): the
 model, the data loader, the backends, the run itself, golden outputs and ``--gen-script``. Each
-ends in public calls of :mod:`onnxwrapper.diff` (:mod:`aipc._args`)."""
+ends in public calls of :mod:`onnxwrapper.diff` (:mod:`aipc.args._plan`)."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from aipc._args import ArgGroup, Call, Plan, Ref, UsageError, absolute, parse_bracketed
+from aipc.args._plan import ArgGroup, Call, Plan, Ref, UsageError, absolute, parse_bracketed
 
 __all__ = ["ModelArgs", "DataLoaderArgs", "BackendArgs", "BackendsArgs", "ModelRunArgs", "GoldenArgs",
            "GenScriptArgs", "parse_backend_options"]
@@ -137,12 +137,12 @@ class BackendArgs(ArgGroup):
     """Backend: the backend that runs the model (aipc run)"""
 
     def add_parser_args(self, parser) -> None:
-        from aipc._cmd_run import add_arguments
+        from aipc.commands.run import add_arguments
 
         add_arguments(parser)  # the run options of `aipc run script.py`, shared
 
     def parse_impl(self, args) -> None:
-        from aipc._cmd_run import resolve_settings
+        from aipc.commands.run import resolve_settings
         from onnxwrapper._registry import default_registry
         from onnxwrapper.errors import BackendNotFoundError
 

@@ -31,7 +31,7 @@ import os
 import shutil
 
 import aipc_loader
-from aipc._cmd_run import resolve_settings, say
+from aipc.commands.run import resolve_settings, say
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
 from aipc_loader import _verbosity
 from onnxwrapper._registry import default_registry

@@ -29,7 +29,7 @@ import json
 import sys
 
 import onnxwrapper
-from aipc._cmd_run import say
+from aipc.commands.run import say
 from aipc._exit_codes import EXIT_FAILED, EXIT_USAGE
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.toolkit import format_binary, inspect_binary, inspect_model, parse_dim_arg, parse_shape_arg

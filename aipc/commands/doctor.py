@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 
-from aipc import _cmd_run
+from aipc.commands import run as _cmd_run
 from aipc._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 __all__ = ["add_arguments", "main"]

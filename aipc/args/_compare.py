@@ -1,9 +1,9 @@
 """Argument groups of comparisons, shared by ``aipc diff script.py`` and ``aipc diff --model`` /
-``aipc run MODEL.onnx --load-outputs``: tolerances, localization, reports (:mod:`aipc._args`)."""
+``aipc run MODEL.onnx --load-outputs``: tolerances, localization, reports (:mod:`aipc.args._plan`)."""
 
 from __future__ import annotations
 
-from aipc._args import ArgGroup, Call, Plan, Ref, UsageError, absolute
+from aipc.args._plan import ArgGroup, Call, Plan, Ref, UsageError, absolute
 
 __all__ = ["ToleranceArgs", "LocalizeArgs", "ReportArgs", "CompareArgs"]
 
@@ -102,13 +102,13 @@ class CompareArgs(ArgGroup):
 
     def needed(self) -> bool:
         """Whether there is anything to compare (a second run or golden outputs)."""
-        from aipc._args_model import BackendArgs, BackendsArgs, GoldenArgs
+        from aipc.args._model import BackendArgs, BackendsArgs, GoldenArgs
 
         backends = self.tool[BackendArgs] if BackendArgs in self.tool else self.tool[BackendsArgs]
         return len(backends.labels) > 1 or bool(self.tool[GoldenArgs].items)
 
     def add_to_plan(self, plan: Plan) -> None:
-        from aipc._args_model import BackendsArgs, GoldenArgs
+        from aipc.args._model import BackendsArgs, GoldenArgs
 
         if not self.needed():
             plan.add(Call("print", (Call("runs.table"),), comment="What ran: outputs, partition, timing"))

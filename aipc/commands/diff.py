@@ -26,8 +26,8 @@ import os
 import sys
 
 from aipc._exit_codes import EXIT_USAGE, UsageError
-from aipc._args_compare import ToleranceArgs
-from aipc._args_model import parse_backend_options
+from aipc.args._compare import ToleranceArgs
+from aipc.args._model import parse_backend_options
 from onnxwrapper.diff import (check, console_safe, default_directory, default_jobs, estimate_run_memory,
                               localize_failures, parse_backends, parse_size, report_paths, run)
 from onnxwrapper.errors import BackendNotFoundError

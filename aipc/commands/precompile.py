@@ -45,8 +45,8 @@ from typing import Any
 from tqdm import tqdm
 
 import onnxwrapper
-from aipc._capture_signatures import CaptureProblem, ModelPlan, plan_capture
-from aipc._cmd_run import resolve_settings, say
+from aipc.commands._capture_signatures import CaptureProblem, ModelPlan, plan_capture
+from aipc.commands.run import resolve_settings, say
 from aipc._exit_codes import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
 from onnxwrapper.backends.qnn import WorkerPool, default_jobs, precompile
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError

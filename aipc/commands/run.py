@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
-from aipc._option_suggest import with_suggestion
+from aipc.args._option_suggest import with_suggestion
 from aipc_loader import _env, _patch, _script, _verbosity
 from aipc_loader._bootstrap import export_to_environment
 from aipc_loader._report import SessionReporter, say
@@ -232,12 +232,12 @@ def run_help() -> str:
 def run_command(argv: Sequence[str], *, help_text=None) -> int:
     """Run ``aipc run`` with ``argv`` (everything after ``run``). Returns the exit status.
 
-    A script path ending in ``.onnx`` is a model: ``aipc._cmd_model`` runs it instead.
+    A script path ending in ``.onnx`` is a model: ``aipc.commands.model`` runs it instead.
     """
     try:
         invocation = split_argv(argv)
         if invocation.kind == "script" and invocation.target.lower().endswith(".onnx"):
-            from aipc._cmd_model import run_model_command
+            from aipc.commands.model import run_model_command
 
             return run_model_command(argv)
         parser = build_parser()

@@ -23,11 +23,11 @@ import os
 import sys
 from typing import Sequence
 
-from aipc._args import Plan, Tool, UsageError
-from aipc._args_compare import CompareArgs, LocalizeArgs, ReportArgs, ToleranceArgs
-from aipc._args_model import (BackendArgs, BackendsArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs, ModelArgs,
+from aipc.args._plan import Plan, Tool, UsageError
+from aipc.args._compare import CompareArgs, LocalizeArgs, ReportArgs, ToleranceArgs
+from aipc.args._model import (BackendArgs, BackendsArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs, ModelArgs,
                               ModelRunArgs, argv_text)
-from aipc._cmd_run import _Parser, say
+from aipc.commands.run import _Parser, say
 from aipc._exit_codes import EXIT_USAGE
 from onnxwrapper.diff import default_directory
 
@@ -118,7 +118,7 @@ def _is_usage_problem(exc: BaseException) -> bool:
 
 
 def _progress(tool: Tool):
-    from aipc._cmd_diff import _progress_factory
+    from aipc.commands.diff import _progress_factory
 
     progress, close = _progress_factory(tool[ModelRunArgs].quiet)
     tool[ModelRunArgs].progress = progress
