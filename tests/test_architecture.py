@@ -21,7 +21,7 @@ tomllib = pytest.importorskip("tomllib")
 PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "onnxwrapper.patches", "onnxwrapper.repair",
             "onnxwrapper.errors", "onnxwrapper.backends", "onnxwrapper.backends.base", "onnxwrapper.backends.qnn",
             "onnxwrapper.backends.qai", "onnxwrapper.backends.snpe", "onnxwrapper.backends.cpu",
-            "onnxwrapper.backends.aihub", "aipc_loader", "aipc"]
+            "onnxwrapper.backends.aihub", "aipc_loader", "aipc", "aipc.args", "aipc.commands"]
 
 
 def _installed_layout(target: Path) -> Path:

@@ -19,7 +19,7 @@ from onnx import helper as h
 
 import onnxwrapper
 from aipc import cli
-from aipc.commands.run import _Parser
+from aipc.args import CommandParser as _Parser
 from onnxwrapper.diff import read_capture
 from tests.conftest import qnn_available
 from tests.models import make_model

@@ -1,9 +1,15 @@
 """Argument groups of comparisons, shared by ``aipc diff script.py`` and ``aipc diff --model`` /
-``aipc run MODEL.onnx --load-outputs``: tolerances, localization, reports (:mod:`aipc.args._plan`)."""
+``aipc run MODEL.onnx --load-outputs``: tolerances, localization, reports (:mod:`aipc.args._groups`).
+
+The comparison depends on the run groups (:mod:`aipc.args._model`: which runs, which golden
+outputs), never the other way round."""
 
 from __future__ import annotations
 
-from aipc.args._plan import ArgGroup, Call, Plan, Ref, UsageError, absolute
+from aipc._exit_codes import UsageError
+from aipc.args._groups import ArgGroup, absolute
+from aipc.args._model import BackendArgs, BackendsArgs, GoldenArgs
+from aipc.args._plan import Call, Plan, Ref
 
 __all__ = ["ToleranceArgs", "LocalizeArgs", "ReportArgs", "CompareArgs"]
 
@@ -102,14 +108,11 @@ class CompareArgs(ArgGroup):
 
     def needed(self) -> bool:
         """Whether there is anything to compare (a second run or golden outputs)."""
-        from aipc.args._model import BackendArgs, BackendsArgs, GoldenArgs
-
         backends = self.tool[BackendArgs] if BackendArgs in self.tool else self.tool[BackendsArgs]
         return len(backends.labels) > 1 or bool(self.tool[GoldenArgs].items)
 
     def add_to_plan(self, plan: Plan) -> None:
-        from aipc.args._model import BackendsArgs, GoldenArgs
-
+        """The comparison, its table and reports, or (with nothing to compare) the runs' table."""
         if not self.needed():
             plan.add(Call("print", (Call("runs.table"),), comment="What ran: outputs, partition, timing"))
             plan.exit_with("runs.exit_status")

@@ -1,17 +1,19 @@
 """Argument groups of the model workflows (``aipc run MODEL.onnx``, ``aipc diff --model``): the
 model, the data loader, the backends, the run itself, golden outputs and ``--gen-script``. Each
-ends in public calls of :mod:`onnxwrapper.diff` (:mod:`aipc.args._plan`)."""
+ends in public calls of :mod:`onnxwrapper.diff` (:mod:`aipc.args._groups`, :mod:`aipc.args._plan`)."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from aipc.args._plan import ArgGroup, Call, Plan, Ref, UsageError, absolute, parse_bracketed
+from aipc._exit_codes import UsageError
+from aipc.args._groups import ArgGroup, absolute, parse_bracketed
+from aipc.args._plan import Call, Plan, Ref
+from aipc.args._run_options import add_run_options, resolve_settings
 
 __all__ = ["ModelArgs", "DataLoaderArgs", "BackendArgs", "BackendsArgs", "ModelRunArgs", "GoldenArgs",
-           "GenScriptArgs", "parse_backend_options"]
-
+           "GenScriptArgs", "parse_backend_options", "argv_text"]
 
 
 def parse_backend_options(items, labels) -> dict:
@@ -36,6 +38,7 @@ def parse_backend_options(items, labels) -> dict:
     if unknown:
         raise UsageError(f"--backend-option for {', '.join(unknown)}, which is not in --backends")
     return options
+
 
 class ModelArgs(ArgGroup):
     """Model: the ONNX model to run (a path ending in .onnx; an EPContext model from aipc compile too)"""
@@ -137,12 +140,10 @@ class BackendArgs(ArgGroup):
     """Backend: the backend that runs the model (aipc run)"""
 
     def add_parser_args(self, parser) -> None:
-        from aipc.commands.run import add_arguments
-
-        add_arguments(parser)  # the run options of `aipc run script.py`, shared
+        """The run options of ``aipc run script.py`` (:func:`aipc.args.add_run_options`), shared."""
+        add_run_options(parser)
 
     def parse_impl(self, args) -> None:
-        from aipc.commands.run import resolve_settings
         from onnxwrapper._registry import default_registry
         from onnxwrapper.errors import BackendNotFoundError
 
@@ -268,6 +269,8 @@ class GoldenArgs(ArgGroup):
         return None
 
     def golden_arg(self):
+        """The ``golden=`` argument of ``diff.compare_model_runs``: ``None`` without golden outputs, the
+        path of the one labelled ``golden``, else ``{label: path}``."""
         if not self.items:
             return None
         return self.items["golden"] if list(self.items) == ["golden"] else dict(self.items)

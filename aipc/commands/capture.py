@@ -31,9 +31,10 @@ import os
 import shutil
 
 import aipc_loader
-from aipc.commands.run import resolve_settings, say
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
+from aipc.args import resolve_settings
 from aipc_loader import _verbosity
+from aipc_loader._report import say
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff import default_directory, read_capture, start_capture
 from onnxwrapper.errors import BackendNotFoundError, BackendOptionError, BackendUnavailableError

@@ -46,11 +46,11 @@ import time
 from typing import Any
 
 import onnxwrapper
-from aipc.commands.inspect import add_model_options, model_options
-from aipc.commands.run import say
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE
-from aipc.commands._qnn_profile import profile_compiled, read_qnn_profile
 from aipc.commands._compile_recipe import apply_to_proto, compile_option, recipe_for_file
+from aipc.commands._qnn_profile import profile_compiled, read_qnn_profile
+from aipc.commands.inspect import add_model_options, model_options
+from aipc_loader._report import say
 from onnxwrapper.backends.qnn import compile_model
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import PartialOffloadWarning, dynamic_inputs
@@ -245,7 +245,7 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
     calib = None
     with stages.step("load"):
         proto = load_model_proto(args.model)
-        recipe = recipe_for_file(args.model, args.repairs) if args.repairs else None  # aipc/_repairs.py
+        recipe = recipe_for_file(args.model, args.repairs) if args.repairs else None  # aipc.commands._compile_recipe
         if recipe is not None:
             proto, summary["repairs"] = apply_to_proto(proto, recipe)
         if args.calibration:

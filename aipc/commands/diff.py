@@ -26,11 +26,13 @@ import os
 import sys
 
 from aipc._exit_codes import EXIT_USAGE, UsageError
-from aipc.args._compare import ToleranceArgs
-from aipc.args._model import parse_backend_options
+from aipc.args import ToleranceArgs, parse_backend_options
+from aipc.commands._progress import progress_bars
 from onnxwrapper.diff import (check, console_safe, default_directory, default_jobs, estimate_run_memory,
                               localize_failures, parse_backends, parse_size, report_paths, run)
 from onnxwrapper.errors import BackendNotFoundError
+
+__all__ = ["add_arguments", "main", "labels_spec"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,32 +121,6 @@ def _app_options(args) -> dict:
     return {"compare_output": items or None, "output_filter": args.output_filter, "output_rtol": args.output_rtol}
 
 
-def _progress_factory(quiet: bool):
-    if quiet or not sys.stderr.isatty():
-        return None, lambda: None
-    from tqdm import tqdm
-
-    bars: dict = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        kind = "compare" if stage == "compare" else "localize" if stage.startswith("localize") else "run"
-        bar = bars.get(kind)
-        if bar is None:
-            unit = {"run": "run", "compare": "call", "localize": "round"}[kind]
-            bar = bars[kind] = tqdm(total=total or None, desc=kind, unit=unit, leave=False, file=sys.stderr)
-        if total and bar.total != total:
-            bar.total = total
-        bar.set_description_str(stage)
-        bar.n = done
-        bar.refresh()
-
-    def close() -> None:
-        for bar in bars.values():
-            bar.close()
-
-    return progress, close
-
-
 def _echo(label: str, text: str) -> None:
     sys.stdout.write(f"──── {console_safe(label)}: script output ────\n{console_safe(text)}")
     sys.stdout.flush()
@@ -158,7 +134,7 @@ def labels_spec(labels: dict) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     """Run ``aipc diff`` with parsed ``args``; returns 0, 1, 2 or 64 (see module docstring)."""
 
-    progress, close_bars = _progress_factory(args.quiet)
+    progress, close_bars = progress_bars(args.quiet)
     try:
         tolerances = _tolerances(args)
         app = _app_options(args)

@@ -22,8 +22,8 @@ import argparse
 import json
 import sys
 
-from aipc.commands import run as _cmd_run
 from aipc._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from aipc_loader._report import say
 
 __all__ = ["add_arguments", "main"]
 
@@ -47,11 +47,11 @@ def main(args: argparse.Namespace) -> int:
     progress = None
     if not args.json and sys.stderr.isatty():
         def progress(name: str) -> None:
-            _cmd_run.say(f"canary {name} …")
+            say(f"canary {name} …")
     try:
         report = run_doctor(canaries, cache_dir=args.cache_dir, progress=progress)
     except ValueError as exc:
-        _cmd_run.say(f"error: {exc}")
+        say(f"error: {exc}")
         return EXIT_USAGE
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1, default=str) + "\n")

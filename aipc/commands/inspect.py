@@ -29,8 +29,8 @@ import json
 import sys
 
 import onnxwrapper
-from aipc.commands.run import say
 from aipc._exit_codes import EXIT_FAILED, EXIT_USAGE
+from aipc_loader._report import say
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.toolkit import format_binary, inspect_binary, inspect_model, parse_dim_arg, parse_shape_arg
 

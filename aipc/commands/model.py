@@ -23,12 +23,11 @@ import os
 import sys
 from typing import Sequence
 
-from aipc.args._plan import Plan, Tool, UsageError
-from aipc.args._compare import CompareArgs, LocalizeArgs, ReportArgs, ToleranceArgs
-from aipc.args._model import (BackendArgs, BackendsArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs, ModelArgs,
-                              ModelRunArgs, argv_text)
-from aipc.commands.run import _Parser, say
-from aipc._exit_codes import EXIT_USAGE
+from aipc._exit_codes import EXIT_USAGE, UsageError
+from aipc.args import (BackendArgs, BackendsArgs, CommandParser, CompareArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs,
+                       LocalizeArgs, ModelArgs, ModelRunArgs, Plan, ReportArgs, ToleranceArgs, Tool, argv_text)
+from aipc.commands._progress import progress_bars
+from aipc_loader._report import say
 from onnxwrapper.diff import default_directory
 
 __all__ = ["run_model_command", "diff_model_command", "is_model_path", "build_tool"]
@@ -48,8 +47,8 @@ def build_tool(command: str) -> Tool:
 
 
 def _parser(prog: str, tool: Tool, usage: str) -> argparse.ArgumentParser:
-    parser = _Parser(prog=prog, usage=usage, description=__doc__.split("\n\n", 2)[2].strip(),
-                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser = CommandParser(prog=prog, usage=usage, description=__doc__.split("\n\n", 2)[2].strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     tool.add_parser_args(parser)
     return parser
 
@@ -118,9 +117,7 @@ def _is_usage_problem(exc: BaseException) -> bool:
 
 
 def _progress(tool: Tool):
-    from aipc.commands.diff import _progress_factory
-
-    progress, close = _progress_factory(tool[ModelRunArgs].quiet)
+    progress, close = progress_bars(tool[ModelRunArgs].quiet)
     tool[ModelRunArgs].progress = progress
     tool[CompareArgs].progress = progress
     return close

@@ -45,9 +45,10 @@ from typing import Any
 from tqdm import tqdm
 
 import onnxwrapper
-from aipc.commands._capture_signatures import CaptureProblem, ModelPlan, plan_capture
-from aipc.commands.run import resolve_settings, say
 from aipc._exit_codes import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
+from aipc.args import resolve_settings
+from aipc.commands._capture_signatures import CaptureProblem, ModelPlan, plan_capture
+from aipc_loader._report import say
 from onnxwrapper.backends.qnn import WorkerPool, default_jobs, precompile
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import default_cache_dir

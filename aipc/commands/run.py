@@ -20,13 +20,12 @@ place, :mod:`aipc_loader._verbosity`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
-from aipc.args._option_suggest import with_suggestion
+from aipc.args import CommandParser, RunSettings, add_run_options, resolve_settings
 from aipc_loader import _env, _patch, _script, _verbosity
 from aipc_loader._bootstrap import export_to_environment
 from aipc_loader._report import SessionReporter, say
@@ -36,82 +35,6 @@ __all__ = ["add_arguments", "main", "run_command", "run_help", "split_argv", "re
 
 _VALUE_OPTIONS = {"--backend", "--target", "--precision", "--cache-dir", "--repairs", "--compile-timeout",
                   "--compile-memory-mb"}
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse would exit 2; our usage errors are 64, with the nearest option
-        raise UsageError(with_suggestion(self, message))
-
-
-def _positive(option: str, integer: bool = False):
-    """argparse ``type=``: a positive number for ``option`` (an int when ``integer``)."""
-    def convert(text: str):
-        try:
-            value = _integer(option, text) if integer else _env.parse_positive(option, text)
-        except _env.EnvError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from exc
-        return value
-    return convert
-
-
-def _integer(name: str, text: str) -> int:
-    value = _env.parse_positive(name, text)
-    if value != int(value):
-        raise _env.EnvError(f"{name}={text!r} is not a whole number.")
-    return int(value)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the run options (backend group) to ``parser``.
-
-    Every option defaults to ``None`` so :func:`resolve_settings` can tell "not given" (then the
-    environment variable, then the default applies) from an explicit value.
-    """
-    group = parser.add_argument_group("run options", "Each can also be set by the environment variable shown.")
-    group.add_argument("--backend", metavar="NAME",
-                       help=f"backend that runs the sessions: qnn, cpu, … [{_env.ENV_BACKEND}] "
-                            f"(default: {_env.DEFAULT_BACKEND})")
-    group.add_argument("--target", metavar="TARGET",
-                       help=f"device target, backend option 'target' (qnn: a SoC name) [{_env.ENV_TARGET}]")
-    group.add_argument("--precision", metavar="P",
-                       help=f"backend option 'precision' (qnn: fp16, fp32) [{_env.ENV_PRECISION}]")
-    group.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
-                       help=f"backend option 'strict': a node left on the CPU is an error [{_env.ENV_STRICT}]")
-    group.add_argument("--cache-dir", metavar="DIR",
-                       help=f"backend option 'cache_dir': compiled-artifact cache [{_env.ENV_CACHE_DIR}]")
-    group.add_argument("--compile-timeout", metavar="SECONDS", type=_positive("--compile-timeout"),
-                       help=f"backend option 'compile_timeout': wall time one compile may take before the "
-                            f"recovery ladder takes over [{_env.ENV_COMPILE_TIMEOUT}]")
-    group.add_argument("--compile-memory-mb", metavar="MIB", type=_positive("--compile-memory-mb", integer=True),
-                       help=f"backend option 'compile_memory_mb': memory one compile may use "
-                            f"[{_env.ENV_COMPILE_MEMORY_MB}]")
-    group.add_argument("-v", "--verbose", action="count", default=None,
-                       help=f"say what aipc does on stderr; -vv also shows onnxwrapper's debug log "
-                            f"[{_env.ENV_VERBOSE}=0|1|2]")
-    group.add_argument("--report-partition", action=argparse.BooleanOptionalAction, default=None,
-                       help=f"at exit print each session's partition summary [{_env.ENV_REPORT_PARTITION}]")
-    group.add_argument("--repairs", metavar="FILE",
-                       help="repair recipe (aipc fix): backend option 'repairs' for the models it names; other "
-                            "models run unchanged")
-
-
-@dataclass
-class RunSettings:
-    """The resolved run settings.
-
-    Attributes:
-        backend: backend name as requested (resolved to the canonical name when validated).
-        backend_options: options for the backend, e.g. ``{"target": "x_elite", "strict": True}``.
-        verbose: 0, 1, 2. report_partition: print partition summaries at exit.
-        env_only_options: option keys that came from environment variables (dropped, with a
-            ``-v`` note, when the backend does not declare them).
-    """
-
-    backend: str
-    backend_options: dict[str, Any] = field(default_factory=dict)
-    verbose: int = 0
-    report_partition: bool = False
-    env_only_options: set = field(default_factory=set)
 
 
 @dataclass
@@ -160,54 +83,17 @@ def split_argv(argv: Sequence[str]) -> _Invocation:
     return _Invocation(options, "none", "", [])
 
 
-def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
-    """Combine parsed options with the ``AIPC_*`` environment variables (options win).
-
-    Raises:
-        UsageError: an environment variable has an unusable value.
-    """
-    env = os.environ if environ is None else environ
-    try:
-        def pick(value, var, parse=None):
-            if value is not None:
-                return value, "option"
-            raw = env.get(var)
-            if raw is None or raw.strip() == "":
-                return None, None
-            return (parse(var, raw) if parse else raw.strip()), "env"
-
-        backend, _ = pick(args.backend, _env.ENV_BACKEND)
-        settings = RunSettings(backend or _env.DEFAULT_BACKEND)
-        for attr, var, parse in (("target", _env.ENV_TARGET, None), ("precision", _env.ENV_PRECISION, None),
-                                 ("strict", _env.ENV_STRICT, _env.parse_bool),
-                                 ("cache_dir", _env.ENV_CACHE_DIR, None),
-                                 ("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
-                                 ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer)):
-            value, source = pick(getattr(args, attr, None), var, parse)  # other commands lack some
-            if value is None:
-                continue
-            if attr == "cache_dir":
-                value = os.path.abspath(os.path.expanduser(value))
-            key = _env.OPTION_KEYS[attr]
-            settings.backend_options[key] = value
-            if source == "env":
-                settings.env_only_options.add(key)
-        if getattr(args, "repairs", None):  # models without a recipe in the file run as they are
-            settings.backend_options["repairs"] = {"file": os.path.abspath(args.repairs), "required": False}
-        verbose, _ = pick(args.verbose, _env.ENV_VERBOSE, _env.parse_verbosity)
-        settings.verbose = int(verbose or 0)
-        report, _ = pick(args.report_partition, _env.ENV_REPORT_PARTITION, _env.parse_bool)
-        settings.report_partition = bool(report)
-        return settings
-    except _env.EnvError as exc:
-        raise UsageError(str(exc)) from exc
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the run options to ``parser`` (:func:`aipc.args.add_run_options`; every option defaults to
+    ``None`` so :func:`resolve_settings` can tell "not given" from an explicit value)."""
+    add_run_options(parser)
 
 
 def build_parser(prog: str = "aipc run") -> argparse.ArgumentParser:
     """The argparse parser for the run options (no positionals: see :func:`split_argv`)."""
-    parser = _Parser(prog=prog, add_help=True, allow_abbrev=False,
-                     usage=f"{prog} [options] script.py [args…]  |  {prog} [options] -m module [args…]")
-    add_arguments(parser)
+    parser = CommandParser(prog=prog, add_help=True, allow_abbrev=False,
+                           usage=f"{prog} [options] script.py [args…]  |  {prog} [options] -m module [args…]")
+    add_run_options(parser)
     return parser
 
 
@@ -237,6 +123,7 @@ def run_command(argv: Sequence[str], *, help_text=None) -> int:
     try:
         invocation = split_argv(argv)
         if invocation.kind == "script" and invocation.target.lower().endswith(".onnx"):
+            # here, not at the top: the model workflow imports onnxwrapper.diff (onnxruntime, ~0.3 s)
             from aipc.commands.model import run_model_command
 
             return run_model_command(argv)
