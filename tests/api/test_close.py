@@ -12,7 +12,7 @@ from onnxwrapper._registry import default_registry
 from onnxwrapper.errors import SessionClosedError
 from tests import models
 from tests.conftest import qnn_available
-from tests.test_backends_registry import FakeForeignBackend
+from tests.api.test_backends_registry import FakeForeignBackend
 
 needs_qnn = pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 MESSAGE = r"the session was closed with close\(\); create a new InferenceSession"

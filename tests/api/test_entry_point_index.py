@@ -18,7 +18,7 @@ from onnxwrapper import _entry_point_index as index
 from onnxwrapper._registry import ENTRY_POINT_GROUP, BackendRegistry
 from onnxwrapper.errors import BackendNotFoundError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 PLUGIN = '''
 from onnxwrapper.backends.cpu import CpuBackend

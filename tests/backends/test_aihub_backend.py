@@ -4,7 +4,7 @@ nothing is uploaded unless the backend was selected by name.
 
 The double enforces qai-hub 0.56's API (signatures, job states, dataset format, errors) and runs the
 compiled model with onnxruntime on the CPU, on a simulated clock: these tests check the backend's
-use of the client, not AI Hub itself. Error paths are in tests/test_aihub_errors.py.
+use of the client, not AI Hub itself. Error paths are in tests/backends/test_aihub_errors.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import onnxwrapper as ow
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
 from tests import models
 
-FAKES = pathlib.Path(__file__).parent / "fakes"
+FAKES = pathlib.Path(__file__).parents[1] / "fakes"
 sys.path.insert(0, str(FAKES))
 import aihub_cases as cases  # noqa: E402
 from aihub_cases import S25, jobs  # noqa: E402

@@ -18,7 +18,7 @@ import pytest
 
 import onnxwrapper.diff as diff
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 FAKES = REPO / "tests" / "fakes"
 sys.path.insert(0, str(FAKES))
 import aihub_cases as cases  # noqa: E402

@@ -25,7 +25,7 @@ import onnxwrapper as ow
 from onnxwrapper.errors import BackendUnavailableError, RemoteJobError
 from tests import models
 
-FAKES = pathlib.Path(__file__).parent / "fakes"
+FAKES = pathlib.Path(__file__).parents[1] / "fakes"
 sys.path.insert(0, str(FAKES))
 import aihub_cases as cases  # noqa: E402
 from aihub_cases import S25, jobs  # noqa: E402

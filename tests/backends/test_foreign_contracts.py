@@ -30,7 +30,7 @@ from onnxwrapper.errors import ArtifactError
 from tests import models
 from tests.fake_foreign import cases, fake_qai_appbuilder, fake_qairt_sdk, fq
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 X = np.random.default_rng(7).random((1, 3, 8, 8), dtype=np.float32)
 
 

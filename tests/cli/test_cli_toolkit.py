@@ -19,9 +19,9 @@ import pytest
 
 from tests import models
 from tests.conftest import qnn_available, run_python
-from tests.test_inspect import mixed_model
+from tests.toolkit.test_inspect import mixed_model
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 skip_without_qnn = pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 
 SCRIPT = """\
@@ -240,7 +240,7 @@ def test_compile_for_other_shapes_than_the_calibration(workdir):
 @pytest.mark.qnn
 @skip_without_qnn
 def test_compile_applies_patches(tmp_path):
-    from tests.test_patches_registry import three_patch_model
+    from tests.patches.test_patches_registry import three_patch_model
 
     path = tmp_path / "three.onnx"
     onnx.save(three_patch_model(), path)

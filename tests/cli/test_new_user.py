@@ -21,7 +21,7 @@ import onnxwrapper
 from tests import models
 from tests.conftest import qnn_available
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 skip_without_qnn = pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 
 SCRIPT = """\

@@ -24,7 +24,7 @@ from onnxwrapper.diff import read_capture
 from tests.conftest import qnn_available
 from tests.models import make_model
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 skip_without_qnn = pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 
 # Two models chained as OCR's detector and recognizer are: the second one's input shape is a count

@@ -20,7 +20,7 @@ from onnx import helper as h
 from onnxwrapper import diff
 from tests import models
 from tests.conftest import qnn_available
-from tests.test_diff_api import perturb_registered  # noqa: F401 (fixture)
+from tests.diff.test_diff_api import perturb_registered  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, overflow_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow  # outside the fast subset: `aipc run/diff MODEL` child processes

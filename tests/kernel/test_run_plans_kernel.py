@@ -14,7 +14,7 @@ import pytest
 import onnxwrapper
 from onnxwrapper._registry import default_registry
 from onnxwrapper.kernel import NonFiniteInputCheck, NonFiniteInputWarning, RunPlans, call_key, plannable
-from tests.test_backends_registry import FakeForeignBackend
+from tests.api.test_backends_registry import FakeForeignBackend
 
 X = np.array([[1, 2], [3, 4], [5, 6]], np.float32)
 

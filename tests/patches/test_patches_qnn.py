@@ -19,9 +19,9 @@ _SCRIPT = r'''
 import json, sys
 import numpy as np, onnx, onnxruntime as ort, onnxruntime_qnn as oq
 from onnxwrapper.patches import apply_patches
-from tests.test_patches_mod import mod_model
-from tests.test_patches_einsum import einsum_model
-from tests.test_patches_maxpool3d import pool_model
+from tests.patches.test_patches_mod import mod_model
+from tests.patches.test_patches_einsum import einsum_model
+from tests.patches.test_patches_maxpool3d import pool_model
 
 opts = json.loads(sys.argv[1])
 ort.register_execution_provider_library(oq.get_ep_name(), oq.get_library_path())
@@ -77,7 +77,7 @@ print("RESULT" + json.dumps(result))
 
 def _run(opts: dict, names: list[str] | None = None) -> dict:
     args = [json.dumps(opts)] + ([",".join(names)] if names else [])
-    proc = run_python(_SCRIPT, *args, timeout=400, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    proc = run_python(_SCRIPT, *args, timeout=400, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     return json.loads(lines[-1][len("RESULT"):])

@@ -199,7 +199,7 @@ print(json.dumps({"soc_model": read_binary_info(result.bin_path).soc_model, "htp
 def test_v73_and_v81_targets_compile_run_and_name_their_soc_in_the_binary(tmp_path, target):
     # a fresh process per target: the simulator keeps the HTP architecture of the process's first QNN
     # session, and a context of another architecture then fails to load (measured: v81 after v73)
-    proc = run_python(_TARGET_RUN, target, str(tmp_path), cwd=os.path.dirname(os.path.dirname(__file__)))
+    proc = run_python(_TARGET_RUN, target, str(tmp_path), cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == {"soc_model": TARGETS[target].soc_model, "htp_arch": str(TARGETS[target].htp_arch),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")
 
 #: packages with a curated ``__all__`` (onnxwrapper itself also forwards onnxruntime's names: test_surface.py)

@@ -10,7 +10,7 @@ import inspect
 
 import pytest
 
-from tests.test_architecture import PACKAGES
+from tests.project.test_architecture import PACKAGES
 
 ROOTS = ("onnxwrapper", "aipc_loader", "aipc")
 #: onnxwrapper itself forwards onnxruntime's names; its own are checked, the forwarded ones are ORT's

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # outside the fast subset: mypy --strict over the public API
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 USER_SCRIPT = ROOT / "tests" / "typing" / "user_script.py"
 
 pytest.importorskip("mypy")

@@ -87,7 +87,7 @@ def test_raw_binaries_through_libqnnsystem_and_the_qnn_ep(tmp_path):
     work.mkdir()
     import os
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     proc = run_python(_SCRIPT, str(work), str(cache), env={"PYTHONPATH": repo}, timeout=600)
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("REPORT")]
     assert line, proc.stdout[-3000:] + proc.stderr[-3000:]

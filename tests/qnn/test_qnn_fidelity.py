@@ -5,7 +5,7 @@ One test per fixed difference (``SessionOptions.optimized_model_filepath``, exte
 supplied in memory, free-dimension overrides, overridable initializers and LoRA adapters,
 ``get_provider_graph_assignment_info``, an external-data file named ``<stem>.bin``) and per design
 point (``get_providers``, ``set_providers``, models the QNN EP takes no node of). The complete
-session-API table is tests/test_qnn_session_api.py.
+session-API table is tests/qnn/test_qnn_session_api.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ rewritten by a registered patch and the model recompiled; ``patches`` disables i
 judged after patching; the partition report lists the patches.
 
 The float ``Mod`` (``fmod=1``) is the measured case: the QNN EP rejects it ("QNN Mod Op only support
-fmod == 0 for now", tests/test_patches_qnn.py) and takes the patch's Div/Abs/Floor/Sign/Mul/Sub on
+fmod == 0 for now", tests/patches/test_patches_qnn.py) and takes the patch's Div/Abs/Floor/Sign/Mul/Sub on
 the FP16 target. In-process tests use the default QNN configuration (Snapdragon X Elite, FP16);
 the FP32-simulation fallback runs in a fresh interpreter (the configuration is process-global).
 """
@@ -52,7 +52,7 @@ def fmod_model(batch=4, only_mod: bool = False) -> onnx.ModelProto:
 
 
 def feeds(batch=4) -> dict:
-    """The inputs of tests/test_patches_qnn.py's float Mod case (a in ±8, |b| in [0.5, 3])."""
+    """The inputs of tests/patches/test_patches_qnn.py's float Mod case (a in ±8, |b| in [0.5, 3])."""
     rng = np.random.default_rng(0)
     return {"a": rng.uniform(-8, 8, (batch, 5)).astype(np.float32),
             "b": (rng.uniform(0.5, 3, (batch, 5)) * rng.choice([-1, 1], (batch, 5))).astype(np.float32)}
@@ -166,7 +166,7 @@ _FP32_FALLBACK = r'''
 import json, logging, sys
 import numpy as np, onnx, onnxruntime
 import onnxwrapper
-from tests.test_qnn_patching import feeds, fmod_model
+from tests.qnn.test_qnn_patching import feeds, fmod_model
 
 records = []
 handler = logging.Handler()
@@ -196,7 +196,7 @@ def test_fp32_simulation_falls_back_to_the_unpatched_model(tmp_path):
     import pathlib
 
     proc = run_python(_FP32_FALLBACK, str(tmp_path / "fmod.onnx"), env={"ONNXWRAPPER_CACHE_DIR": str(tmp_path / "c")},
-                      cwd=str(pathlib.Path(__file__).parents[1]), timeout=300)
+                      cwd=str(pathlib.Path(__file__).parents[2]), timeout=300)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     out = json.loads(lines[-1][len("RESULT"):])

@@ -1,7 +1,7 @@
 """QNN backend sessions in this process (default target: Snapdragon X Elite, FP16 emulation).
 
 The QNN configuration is process-global, so every test here uses the default configuration;
-tests that need another one are in tests/test_qnn_process.py (fresh interpreters).
+tests that need another one are in tests/qnn/test_qnn_process.py (fresh interpreters).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from tests.qnn_api_probes import (
 pytestmark = pytest.mark.qnn
 
 ORT, OW = "onnxruntime+qnn", "onnxwrapper"
-DOC = Path(__file__).resolve().parents[1] / "docs" / "backends" / "qnn.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "backends" / "qnn.md"
 
 
 @pytest.fixture(scope="module")

@@ -118,7 +118,7 @@ _QNN_THREE_WAY = r'''
 import json, sys
 import numpy as np
 from onnxwrapper.toolkit import quantize_qdq, three_way_check
-from tests.test_quantize import feeds
+from tests.toolkit.test_quantize import feeds
 cnn, out = sys.argv[1], sys.argv[2]
 quantize_qdq(cnn, out, feeds(8), precision="w8a8")
 report = three_way_check(cnn, out, feeds(3, seed=4))
@@ -132,7 +132,7 @@ def test_three_way_check_on_qnn(cnn, tmp_path):
     import pathlib
 
     proc = run_python(_QNN_THREE_WAY, str(cnn), str(tmp_path / "q.onnx"), timeout=600,
-                      cwd=str(pathlib.Path(__file__).parents[1]))
+                      cwd=str(pathlib.Path(__file__).parents[2]))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     report = json.loads(lines[-1][len("RESULT"):])

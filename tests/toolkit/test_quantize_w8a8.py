@@ -18,9 +18,9 @@ from onnxwrapper.toolkit import OpsetConversionError, quantize_qdq, three_way_ch
 from onnxwrapper.toolkit._fragile import find_fragile_chains
 from tests import models
 from tests.conftest import qnn_available, run_python
-from tests.test_quantize import feeds
+from tests.toolkit.test_quantize import feeds
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 skip_without_qnn = pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 
 
@@ -181,7 +181,7 @@ _CAPTURE = r'''
 import sys
 import onnxwrapper
 from onnxwrapper.diff import start_capture
-from tests.test_quantize import feeds
+from tests.toolkit.test_quantize import feeds
 with start_capture(sys.argv[2]):
     session = onnxwrapper.InferenceSession(sys.argv[1])
     for feed in feeds(6):
@@ -216,7 +216,7 @@ def test_opset11_per_channel_w8a8_compiles_on_qnn(tmp_path):
 _LN_ON_QNN = r'''
 import json, sys
 from onnxwrapper.toolkit import quantize_qdq, three_way_check
-from tests.test_quantize_w8a8 import ln_feeds
+from tests.toolkit.test_quantize_w8a8 import ln_feeds
 model, out = sys.argv[1], sys.argv[2]
 for keep in (True, False):
     quantize_qdq(model, out, ln_feeds(), precision="w8a8", keep_fragile=keep)

@@ -16,7 +16,7 @@ from onnxwrapper import diff
 from onnxwrapper.diff import _fix
 from onnxwrapper.repair import ModelRecipe
 from tests import models
-from tests.test_diff_api import perturb_registered  # noqa: F401 (fixture)
+from tests.diff.test_diff_api import perturb_registered  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, conv_project  # noqa: F401 (fixture)
 
 HOSTILE = 'x"""+__import__("os").system("touch pwned")+"""y.onnx'

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from tests.conftest import qnn_available, run_python
-from tests.test_trust_cache import mul
+from tests.trust.test_trust_cache import mul
 
 pytestmark = [pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed"),
               pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")]

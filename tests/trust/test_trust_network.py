@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from onnxwrapper.errors import BackendUnavailableError, RemoteJobError
-from tests.test_aihub_errors import X, _open, hub, model  # noqa: F401 (fixtures)
+from tests.backends.test_aihub_errors import X, _open, hub, model  # noqa: F401 (fixtures)
 
 #: the real client's transport retries without a network: 7 tries, at most about 31 s (util/session.py)
 CLIENT_RETRIES = 31.25

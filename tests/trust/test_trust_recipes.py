@@ -19,7 +19,7 @@ from onnxwrapper.repair import (ModelRecipe, RecipeBook, Rewrite, UnverifiedReci
                                 load_recipes, model_sha256, scaled_tensors)
 from tests import repair_models
 from tests.conftest import qnn_available
-from tests.test_fix import feeds
+from tests.repair.test_fix import feeds
 
 FORGED = {"backend": "qnn", "worst_snr_db": 80.0, "bar_db": 27.1, "calls": [[1, 0]]}
 
