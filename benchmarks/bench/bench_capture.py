@@ -8,7 +8,7 @@ load drift on a shared machine) against raw onnxruntime, and the capture's own r
 loader run without capture, with the CPU time of all threads; the target is a wall-time ratio
 ≤ 1.10 for the capture. The script's own output is discarded.
 
-Usage: ``python benchmarks/bench_capture.py [--repeat N] [--script PATH] [--json-out PATH]``
+Usage: ``python benchmarks/bench/bench_capture.py [--repeat N] [--script PATH] [--json-out PATH]``
 (default 15 repeats). Exit status 0 when the ratio is within the target, 1 otherwise.
 """
 
@@ -29,7 +29,7 @@ from _figures import Figure, load_average, paired_ratio, report
 TARGET = 1.10
 NAME = "capture"
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_SCRIPT = os.path.join(HERE, os.pardir, "examples", "ocr", "ocr.py")
+DEFAULT_SCRIPT = os.path.join(HERE, os.pardir, os.pardir, "examples", "ocr", "ocr.py")
 
 
 def _run_once(script: str, capture_dir: str | None, backend: str | None = "cpu") -> tuple[float, float, int, int]:

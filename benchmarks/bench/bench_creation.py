@@ -15,7 +15,7 @@ installed, its text recognizer ``PP-OCRv6_rec_small.onnx`` (21 MB) fixed to 1×3
   one process, onnxwrapper cache-hit creations interleaved with raw onnxruntime loads of the same
   EPContext model with the same options.
 
-Usage: ``python benchmarks/bench_creation.py [--pairs 7] [--warm 10] [--models squeezenet,rec]
+Usage: ``python benchmarks/bench/bench_creation.py [--pairs 7] [--warm 10] [--models squeezenet,rec]
 [--json-out PATH]``. Exit status 0 when every target is met, 1 otherwise.
 """
 

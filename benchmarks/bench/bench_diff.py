@@ -11,7 +11,7 @@ runs one after another), alternating with the default, for comparison.
 A temporary compile cache is filled by one warm-up diff first (the qnn compiles of every shape the
 runs use), so the repeats measure cache hits, as a user's second diff does.
 
-Usage: ``python benchmarks/bench_diff.py [--repeat 2] [--sequential] [--script PATH] [--json-out PATH]``.
+Usage: ``python benchmarks/bench/bench_diff.py [--repeat 2] [--sequential] [--script PATH] [--json-out PATH]``.
 Exit status 0 when the target is met, 1 otherwise.
 """
 
@@ -32,7 +32,7 @@ from _figures import Figure, load_average, paired_ratio, report
 TARGET = 1.10
 NAME = "diff"
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_SCRIPT = os.path.join(HERE, os.pardir, "examples", "ocr", "ocr.py")
+DEFAULT_SCRIPT = os.path.join(HERE, os.pardir, os.pardir, "examples", "ocr", "ocr.py")
 
 
 def _diff(script: str, directory: str, env: dict, jobs: int | None) -> tuple[float, dict]:

@@ -9,7 +9,7 @@ native ``run`` on the static EPContext session of N = 2 — whose Python ``run``
 is the raw figure. Rounds of ``--calls`` calls alternate; the figure is the median of the per-round
 paired ratios. Target ≤ 1.05×.
 
-Usage: ``python benchmarks/bench_dispatch.py [--rounds 21] [--calls 2000] [--json-out PATH]``.
+Usage: ``python benchmarks/bench/bench_dispatch.py [--rounds 21] [--calls 2000] [--json-out PATH]``.
 Exit status 0 when the target is met, 1 otherwise.
 """
 

@@ -7,7 +7,7 @@ and runs it at several batch sizes, once with ``onnxwrapper.InferenceSession(...
 interleaved so machine noise hits both alike. Target: ≤ 1.2× (before: a compile attempt and a CPU
 session per batch size, 62.6 s vs 8.4 s for a real app).
 
-Usage: ``python benchmarks/bench_no_node.py [--rounds 7] [--trees 50]``
+Usage: ``python benchmarks/bench/bench_no_node.py [--rounds 7] [--trees 50]``
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ so that machine noise hits both alike. Two figures: the ratio of the best round 
 median of the per-round paired ratios (more robust on a busy 2-core VM, where single figures vary
 by ±4 %). Target: ≤ 1.03×.
 
-Usage: ``python benchmarks/bench_overhead.py [--rounds 15] [--calls 20000] [--json-out PATH]``
+Usage: ``python benchmarks/bench/bench_overhead.py [--rounds 15] [--calls 20000] [--json-out PATH]``
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ with the ``qnn`` extra); ``--script`` is the app's driver script, e.g. ``run_try
 real-apps kit, which routes three prompts and embeds three sentences. Without them the benchmark
 says how to set them up and exits 2.
 
-Usage: ``python benchmarks/bench_precompile.py --python APP_VENV/bin/python --script run_tryaii.py
+Usage: ``python benchmarks/bench/bench_precompile.py --python APP_VENV/bin/python --script run_tryaii.py
 [--pairs 3] [--jobs 2] [--capture DIR] [--json-out PATH]`` (``$BENCH_APP_PYTHON`` and
 ``$BENCH_TRYAII_SCRIPT`` stand in for the two options). Exit status 0 when the ratio is within the
 target, 1 otherwise, 2 when the app is not set up.
@@ -44,7 +44,7 @@ bench_precompile needs the tryaii app in its own environment:
   APP_VENV/bin/pip install -e 'PROJECT[qnn]'
 and a driver script that uses it (run_tryaii.py of the real-apps kit: tryaii.Router().route(prompt)
 for a few prompts, then OnnxEmbeddingProvider().embed(sentence)). Then:
-  python benchmarks/bench_precompile.py --python APP_VENV/bin/python --script run_tryaii.py
+  python benchmarks/bench/bench_precompile.py --python APP_VENV/bin/python --script run_tryaii.py
 (or set BENCH_APP_PYTHON and BENCH_TRYAII_SCRIPT)."""
 
 

@@ -3,7 +3,7 @@ onnxruntime with the same QNN EP options.
 
 Usage::
 
-    python benchmarks/bench_qnn.py [--model PATH] [--runs 10] [--repeats 5] [--json-out PATH]
+    python benchmarks/bench/bench_qnn.py [--model PATH] [--runs 10] [--repeats 5] [--json-out PATH]
 
 Default model: the onnx wheel's light squeezenet (``onnx/backend/test/data/light/light_squeezenet.onnx``,
 1×3×224×224 → 1×1000×1×1; weights are computed by ConstantOfShape nodes that ORT constant-folds, so
@@ -16,8 +16,8 @@ the QNN EP takes 100 % of the nodes). Figures (medians of paired ratios, pairs i
   (target ≤ 1.03), and vs raw onnxruntime on the cached EPContext model (isolates the wrapper from
   JIT-vs-context differences; no target).
 
-Cache-hit creation in a fresh process is ``benchmarks/bench_creation.py``; runs on a compiled shape
-of a dynamic model are ``benchmarks/bench_dispatch.py``. All sessions use the backend's default
+Cache-hit creation in a fresh process is ``benchmarks/bench/bench_creation.py``; runs on a compiled shape
+of a dynamic model are ``benchmarks/bench/bench_dispatch.py``. All sessions use the backend's default
 configuration (Snapdragon X Elite target, FP16 emulation on the x86-64 simulator). The caches live
 in a temporary directory that is removed at the end.
 """

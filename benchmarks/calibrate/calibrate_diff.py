@@ -13,7 +13,7 @@ expectation. The bars are derived from numerics (docs/diff.md), not fitted to th
 
 Usage::
 
-    python benchmarks/calibrate_diff.py APPS_DIR [--python PY] [--python-for APP=PY …]
+    python benchmarks/calibrate/calibrate_diff.py APPS_DIR [--python PY] [--python-for APP=PY …]
                                         [--out DIR] [--only APP,APP] [--localize] [--timeout S]
 
 ``--python`` is the interpreter that has the apps installed (default: this one); ``--python-for``
@@ -35,7 +35,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(HERE))
 
 #: app → (accepted states, what the report must show)
 EXPECTED = {

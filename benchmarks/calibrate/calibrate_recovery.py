@@ -13,7 +13,7 @@ Cases (``--case``, default all but the slow ones):
 * ``unet``      — fp32, the stand-in at ``[3, 1, 7500]`` + ``[3, 15, 7500]`` (slow: minutes);
 * ``unet-fp16`` — the stand-in at ``[3, ·, 7500]`` in FP16, which compiles as given (slow).
 
-Usage: ``python benchmarks/calibrate_recovery.py [--case gelu --case unet]`` (from the repository
+Usage: ``python benchmarks/calibrate/calibrate_recovery.py [--case gelu --case unet]`` (from the repository
 root: the models come from ``tests/recovery_models.py``).
 """
 
@@ -31,7 +31,7 @@ import onnxruntime
 
 import onnxwrapper
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from tests import recovery_models as rm  # noqa: E402 - the shared generated models
 
 

@@ -43,7 +43,7 @@ custom-op library built from ORT's sources), the failure lines of differing test
 
 Usage::
 
-    python benchmarks/ort_suite.py TEST_DIR [--modes ort,cpu,qnn,ort-qnn] [--json results.json]
+    python benchmarks/probes/ort_suite.py TEST_DIR [--modes ort,cpu,qnn,ort-qnn] [--json results.json]
                                        [--timeout 3600] [--test-timeout 600] [--cache-dir DIR] [-k EXPR]
 
 Modes run one after another. Exit status 0 when every mode ran to completion, 1 otherwise."""

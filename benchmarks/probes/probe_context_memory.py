@@ -4,8 +4,8 @@ until a load fails, to find the HTP's limit on this host.
 
 Usage::
 
-    python benchmarks/probe_context_memory.py [--dim 2048] [--loops 50]
-    python benchmarks/probe_context_memory.py --dim 4096 --until-failure   # minutes on the simulator
+    python benchmarks/probes/probe_context_memory.py [--dim 2048] [--loops 50]
+    python benchmarks/probes/probe_context_memory.py --dim 4096 --until-failure   # minutes on the simulator
 
 The model is ``y = MatMul(Relu(MatMul(x, W1)), W2)`` with ``W`` of ``dim × dim`` floats (a context
 binary of ≈ 2·dim² FP16 bytes: 16 MiB at 2048, 64 MiB at 4096). Measured on the x86-64 HTP simulator

@@ -31,7 +31,7 @@ Modules: ``probe_qnn.py`` (this runner: child processes, verdict table, JSON), `
 
 Usage::
 
-    python benchmarks/probe_qnn.py [--json OUT.json] [--only SUBSTRING ...] [--slow] [--list]
+    python benchmarks/probes/probe_qnn.py [--json OUT.json] [--only SUBSTRING ...] [--slow] [--list]
 
 ``--slow`` adds the 8 GiB broadcast-view kind (run under ``ulimit -v 6 GiB``, takes about a minute).
 Needs onnxruntime-qnn (the HTP simulator on x86-64 Linux). Exit status 0 (the table is the result).

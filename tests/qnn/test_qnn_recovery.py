@@ -297,7 +297,7 @@ print("detections", int((prob > 0.5).sum()))
 def test_the_unet_stand_in_runs_to_the_end_under_aipc_in_fp32_with_the_cpus_answers(tmp_path):
     """The 1-D conv U-Net pattern (Conv1d, Erf GELU, ConvTranspose, inputs [n,1,L] + [n,15,L]) at a
     small size: fp32 simulation fails to finalize it whole (the fused GELU); the ladder splits it and
-    the unchanged app ends with the CPU's detections (benchmarks/calibrate_recovery.py: [3,·,7500])."""
+    the unchanged app ends with the CPU's detections (benchmarks/calibrate/calibrate_recovery.py: [3,·,7500])."""
     from tests.test_loader_support import aipc, run
 
     (tmp_path / "unet1d.onnx").write_bytes(rm.unet1d(length=250, chans=(8, 16)))
