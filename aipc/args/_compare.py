@@ -144,4 +144,3 @@ class CompareArgs(ArgGroup):
         if html_path and not rep.no_html:
             plan.add(Call("result.write_html", (html_path,)))
         plan.exit_with("result.exit_status")
-

@@ -293,4 +293,3 @@ def argv_text(argv: list[str]) -> str:
     import shlex
 
     return " ".join(shlex.quote(a) for a in argv)
-

@@ -130,5 +130,3 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
         return settings
     except _env.EnvError as exc:
         raise UsageError(str(exc)) from exc
-
-

@@ -190,4 +190,3 @@ def _validated(settings: RunSettings):
         del options[key]
     _patch.validate(name, options)
     return name, options, registry.probe(name)
-

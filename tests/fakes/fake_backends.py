@@ -81,8 +81,8 @@ class LabelledSession(wrapt.ObjectProxy):
 
 
 def _emulation(availability: Availability, key: str, product: str, version: str, what: str) -> Availability:
-    """What an emulation reports once available: simulated, no real NPU, ``"<product> <version> (FAKE): <what>"``,
-    and ``details[key]`` labelled too."""
+    """What an emulation reports once available: simulated, no real NPU, the reason
+    ``"<product> <version> (FAKE): <what>"`` and ``details[key]`` labelled too."""
     labelled = f"{version} ({LABEL})"
     return Availability(True, reason=f"{product} {labelled}: {what}", simulated=True, real_npu=False,
                         auto_selectable=availability.auto_selectable, details={**availability.details, key: labelled})
@@ -101,7 +101,8 @@ class FakeQaiBackend(QaiBackend):
         availability = super().probe()
         if not availability.available:
             return availability
-        return _emulation(availability, "qai_appbuilder", "qai_appbuilder", cls.load_sdk().version, "an emulation, no NPU")
+        return _emulation(availability, "qai_appbuilder", "qai_appbuilder", cls.load_sdk().version,
+                          "an emulation, no NPU")
 
     def open(self, request):
         return LabelledSession(super().open(request))
