@@ -8,9 +8,9 @@ Forms::
     aipc diff|fix|inspect|compile|capture|doctor [options…]
     aipc [run] MODEL.onnx [options]             = a model run (a path ending in .onnx is a model)
     aipc diff --model MODEL.onnx [options]      = compare a model's outputs across backends
-    aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc._cmd_precompile)
+    aipc compile --from-capture DIR [options]   = precompile a captured run's shapes (aipc.commands.precompile)
 
-A subcommand other than ``run`` lives in ``aipc._cmd_<name>``, a module exposing
+A subcommand other than ``run`` lives in ``aipc.commands.<name>``, a module exposing
 ``add_arguments(parser)`` and ``main(args) -> int``; it is imported only when invoked, and a
 module that cannot be imported is an error of that subcommand only (exit status 69). A script
 whose name equals a subcommand runs with ``aipc run NAME`` or ``aipc ./NAME``.
@@ -32,22 +32,25 @@ import sys
 import textwrap
 from typing import Sequence
 
-from aipc import _cmd_run, _shadowing
+from aipc import _shadowing
 from aipc._console_encoding import make_output_safe
 from aipc._exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, table_text
+from aipc.args import CommandParser
+from aipc.commands.run import build_parser, run_command, run_help
 from aipc_loader import _env
+from aipc_loader._report import say
 
 __all__ = ["main", "SUBCOMMANDS", "help_text"]
 
-#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc._cmd_run`.
+#: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc.commands.run`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("aipc._cmd_run", "run an unchanged onnxruntime script on a backend (the default)"),
-    "diff": ("aipc._cmd_diff", "run a script on two backends and compare every session's outputs"),
-    "fix": ("aipc._cmd_fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
-    "inspect": ("aipc._cmd_inspect", "show backends, a model's operators and its partition"),
-    "compile": ("aipc._cmd_compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
-    "capture": ("aipc._cmd_capture", "record a script's session inputs (on CPU) as calibration data"),
-    "doctor": ("aipc._cmd_doctor", "field self-test: platform, NPU or simulator, SoC, and canary models vs the CPU"),
+    "run": ("aipc.commands.run", "run an unchanged onnxruntime script on a backend (the default)"),
+    "diff": ("aipc.commands.diff", "run a script on two backends and compare every session's outputs"),
+    "fix": ("aipc.commands.fix", "turn a failing diff into a verified repair recipe (rewrites, CPU subgraphs, precision)"),
+    "inspect": ("aipc.commands.inspect", "show backends, a model's operators and its partition"),
+    "compile": ("aipc.commands.compile", "compile a model for the QNN HTP; --from-capture DIR: a captured run's shapes"),
+    "capture": ("aipc.commands.capture", "record a script's session inputs (on CPU) as calibration data"),
+    "doctor": ("aipc.commands.doctor", "field self-test: platform, NPU or simulator, SoC, and canary models vs the CPU"),
 }
 
 
@@ -60,7 +63,7 @@ def _available(module: str) -> bool:
 
 def help_text() -> str:
     """The text of ``aipc --help``: usage, run options, subcommands, environment variables."""
-    parser = _cmd_run.build_parser(prog="aipc")
+    parser = build_parser(prog="aipc")
     parser.description = ("Run an unchanged ONNX Runtime script with onnxruntime.InferenceSession "
                           "redirected to onnxwrapper's, on the chosen backend (default: the QNN NPU).")
     lines = [parser.format_help().rstrip(), "", "subcommands:"]
@@ -109,9 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         make_output_safe()
     if not argv:
-        _cmd_run.say("error: no script given")
-        _cmd_run.say("usage: aipc [options] script.py [args…] | aipc [options] -m module [args…] | aipc SUBCOMMAND …")
-        _cmd_run.say("try 'aipc --help'")
+        say("error: no script given")
+        say("usage: aipc [options] script.py [args…] | aipc [options] -m module [args…] | aipc SUBCOMMAND …")
+        say("try 'aipc --help'")
         return EXIT_USAGE
     first = argv[0]
     if first in ("-h", "--help"):
@@ -123,36 +126,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     shadows = _shadowing.shadowed()
     if shadows:
         for name, path in shadows:
-            _cmd_run.say(f"error: {path} shadows the installed '{name}' package: `python -m aipc` puts the working "
+            say(f"error: {path} shadows the installed '{name}' package: `python -m aipc` puts the working "
                          f"directory first on sys.path, so `import {name}` would load this file (as `python "
                          f"{os.path.basename(path)}` would). Rename it, or run aipc from another directory.")
-        return _cmd_run.EXIT_USAGE
+        return EXIT_USAGE
     if first == "run":
-        return _cmd_run.run_command(argv[1:], help_text=_cmd_run.run_help)
+        return run_command(argv[1:], help_text=run_help)
     if first == "diff" and _model_diff(argv[1:]):
-        from aipc._cmd_model import diff_model_command
+        from aipc.commands.model import diff_model_command  # imports onnxwrapper.diff: not for `aipc --help`
 
         make_output_safe()
 
         return diff_model_command(argv[1:])
     if first == "compile" and any(t == "--from-capture" or t.startswith("--from-capture=") for t in argv[1:]):
-        return _subcommand(first, argv[1:], "aipc._cmd_precompile")
+        return _subcommand(first, argv[1:], "aipc.commands.precompile")
     if first in SUBCOMMANDS:
         return _subcommand(first, argv[1:])
     typo = _subcommand_typo(first)
     if typo:
-        _cmd_run.say(f"error: can't open file '{first}': no such file; did you mean 'aipc {typo}'?")
+        say(f"error: can't open file '{first}': no such file; did you mean 'aipc {typo}'?")
         return EXIT_USAGE
-    return _cmd_run.run_command(argv, help_text=help_text)
+    return run_command(argv, help_text=help_text)
 
 
 def _model_diff(argv: list) -> bool:
     """``aipc diff --model M.onnx …`` or ``aipc diff [options] M.onnx …``: the first positional (after
     the options of ``aipc diff script.py``) is a model, never a script."""
-    from aipc import _cmd_diff
+    from aipc.commands import diff  # imports onnxwrapper.diff: only for `aipc diff`
 
     probe = argparse.ArgumentParser(add_help=False)
-    _cmd_diff.add_arguments(probe)
+    diff.add_arguments(probe)
     takes_value = {s for a in probe._actions if a.nargs is None and a.option_strings for s in a.option_strings}
     skip = False
     for token in argv:
@@ -189,19 +192,19 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         module = importlib.import_module(module_name)
         add_arguments, entry = module.add_arguments, module.main
     except Exception as exc:  # noqa: BLE001 - a broken subcommand must not break the others
-        _cmd_run.say(f"error: subcommand '{name}' is not available in this installation "
+        say(f"error: subcommand '{name}' is not available in this installation "
                      f"({type(exc).__name__}: {exc})", prefix)
         return EXIT_UNAVAILABLE
-    parser = _cmd_run._Parser(prog=f"aipc {name}", description=(module.__doc__ or text).strip(),
-                              formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser = CommandParser(prog=f"aipc {name}", description=(module.__doc__ or text).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     add_arguments(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help
         return exc.code if isinstance(exc.code, int) else 0
     except UsageError as exc:
-        _cmd_run.say(f"error: {exc}", prefix)
-        _cmd_run.say(f"try 'aipc {name} --help'", prefix)
+        say(f"error: {exc}", prefix)
+        say(f"try 'aipc {name} --help'", prefix)
         return EXIT_USAGE
     from onnxwrapper.errors import MalformedFileError, OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
@@ -210,8 +213,8 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
-        _cmd_run.say(f"error: {exc}", prefix)
+        say(f"error: {exc}", prefix)
         return EXIT_USAGE
     except OnnxwrapperError as exc:
-        _cmd_run.say(f"error: {exc}", prefix)
+        say(f"error: {exc}", prefix)
         return EXIT_FAILED

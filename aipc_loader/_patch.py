@@ -45,7 +45,11 @@ Left untouched (the real ORT constructor runs with the caller's providers):
   packages (quantization calibration, the transformers optimizer, ``onnxruntime.backend``,
   ``onnxruntime.tools``): onnxruntime's internal work keeps the providers it asks for. A module
   run as ``__main__`` counts by its ``__spec__`` name (``python -m onnxruntime.…``). The caller is
-  found by looking at the calling frame (``sys._getframe``), skipping wrapt's frames.
+  found by looking at the calling frame (``sys._getframe``), skipping wrapt's frames. This look
+  at the stack is deliberate: onnxruntime's internal modules call the constructor with nothing
+  that marks the call (their code is not ours), so the caller is the only fact available; it
+  routes a session, it does not police the API. An explicit mechanism would have to wrap every
+  internal entry point of onnxruntime (quantization, tools, transformers, backend) per release.
 
 Limits: ``type(s) is onnxruntime.InferenceSession`` is false for redirected sessions (it is false
 for every onnxwrapper session; ``isinstance`` holds). Sessions created before activation stay

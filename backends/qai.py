@@ -31,8 +31,9 @@ Contract (facts: qai_appbuilder 2.51.40, its source and its behaviour; see docs/
 * **Availability.** Only Windows on Snapdragon (win_arm64) — or an aarch64 Linux where
   ``qai_appbuilder`` imports — with the ≥ 2.51 API. The package is resolved by one documented
   seam, :meth:`QaiBackend.load_sdk`: a subclass may bind another implementation of the same API
-  (tests bind a fake one) and is registered as the ``qai`` backend plugin through the entry-point
-  group ``onnxwrapper.backends``, like any backend. Nothing here knows about test doubles.
+  and is registered as the ``qai`` backend plugin through the entry-point group
+  ``onnxwrapper.backends``, like any backend (what it reports — availability, provider names —
+  it adapts by overriding the public :meth:`~QaiBackend.probe` / :meth:`~QaiBackend.open`).
 * Never selected by ``auto`` (it needs a precompiled artifact); choose it with ``backend="qai"``.
 """
 
@@ -107,14 +108,10 @@ class QaiSdk:
         module: the imported package with qai_appbuilder 2.51's API (``QNNConfig``, ``QNNContext``,
             ``PerfProfile``, ``DataType``, ``Runtime``, ``LogLevel``, ``ProfilingLevel``).
         version: its version string.
-        real_device: True when it drives a physical NPU; False for an emulation (``simulated``).
-        tag: a label added to provider names and listings (e.g. ``"FAKE"``); empty for the real package.
     """
 
     module: Any
     version: str
-    real_device: bool = True
-    tag: str = ""
 
 
 def _version(module) -> str:
@@ -187,8 +184,8 @@ class QaiBackend(Backend):
 
         The default imports ``qai_appbuilder`` on a supported host (Windows on Snapdragon, or an
         aarch64 Linux). Override it in a subclass to bind another implementation of the same API
-        (e.g. a test double that enforces the real API's contract) and register that subclass as
-        the ``qai`` backend through the entry-point group ``onnxwrapper.backends``.
+        (a build of qai_appbuilder installed elsewhere, an emulation of it) and register that
+        subclass as the ``qai`` backend through the entry-point group ``onnxwrapper.backends``.
 
         Raises:
             BackendUnavailableError: unsupported host, or the package cannot be imported (with
@@ -217,13 +214,8 @@ class QaiBackend(Backend):
         problem = _api_problem(sdk.module, sdk.version)
         if problem:
             return Availability(False, reason=problem, install_hint="pip install -U 'qai-appbuilder>=2.51'")
-        label = f" ({sdk.tag})" if sdk.tag else ""
-        if not sdk.real_device:
-            return Availability(True, reason=f"qai_appbuilder {sdk.version}{label}: an emulation, no NPU",
-                                simulated=True, auto_selectable=False,
-                                details={"qai_appbuilder": f"{sdk.version}{label}"})
         host = f"this host: {platform.system()} {platform.machine()}"
-        return Availability(True, reason=f"qai_appbuilder {sdk.version}{label} ({host}); runs precompiled "
+        return Availability(True, reason=f"qai_appbuilder {sdk.version} ({host}); runs precompiled "
                                          f"artifacts, selected only with backend='qai'",
                             real_npu=True, auto_selectable=False, details={"qai_appbuilder": sdk.version})
 
@@ -273,7 +265,7 @@ class QaiBackend(Backend):
                 ctx.release()
             raise
         kind = "QNNDlc" if artifact.endswith(".dlc") else "QNNContextBinary"
-        provider = f"{kind}(qai_appbuilder:{_RUNTIMES[cfg['runtime']]}{',' + sdk.tag if sdk.tag else ''})"
+        provider = f"{kind}(qai_appbuilder:{_RUNTIMES[cfg['runtime']]})"
         options = {"artifact": artifact, "graph_index": str(graph_index), "runtime": cfg["runtime"],
                    "perf_profile": cfg["perf_profile"], "input_data_type": plans[0].mode,
                    "output_data_type": plans[1].mode, "qai_appbuilder": sdk.version}

@@ -30,8 +30,8 @@ Contract (facts: QAIRT SDK docs "Tools" for snpe-net-run / snpe-dlc-info; see do
   ``QNNContext`` DLC loading) or ``"auto"`` (net-run when an SDK is found, else qai_appbuilder).
 * **Injection.** The SDK is located by one documented seam, :meth:`SnpeBackend.locate_sdk`, and
   the ``qai_appbuilder`` engine is :meth:`SnpeBackend.qai_backend`: a subclass may bind other
-  ones (tests bind a fake SDK) and is registered as the ``snpe`` backend plugin through the
-  entry-point group ``onnxwrapper.backends``. Never selected by ``auto``.
+  ones and is registered as the ``snpe`` backend plugin through the entry-point group
+  ``onnxwrapper.backends``, like any backend. Never selected by ``auto``.
 """
 
 from __future__ import annotations
@@ -81,17 +81,13 @@ def host_arch_dirs() -> list[str]:
 
 @dataclass(frozen=True)
 class Sdk:
-    """A located SDK: ``root``, ``arch`` folder, tool paths, ``lib_dir`` (may not exist);
-    ``real_device``: False when its tools emulate the device; ``tag``: a label added to provider
-    names and listings (e.g. ``"FAKE"``), empty for Qualcomm's SDK."""
+    """A located SDK: ``root``, ``arch`` folder, tool paths, ``lib_dir`` (may not exist)."""
 
     root: str
     arch: str
     net_run: str
     dlc_info: str | None
     lib_dir: str
-    real_device: bool = True
-    tag: str = ""
 
     def env(self) -> dict:
         """This process's environment, ``lib_dir`` on the library path, DSP skels on ADSP_LIBRARY_PATH (ARM64)."""
@@ -264,9 +260,9 @@ class SnpeBackend(Backend):
         """The SDK whose ``snpe-net-run`` runs the DLCs: the injection seam of this backend.
 
         The default is :func:`find_sdk` (``root``, ``$QAIRT_SDK_ROOT``, ``$SNPE_ROOT``, ``PATH``).
-        Override it in a subclass to bind another SDK (e.g. a test double whose tools enforce the
-        real ones' command line and file formats) and register that subclass as the ``snpe``
-        backend through the entry-point group ``onnxwrapper.backends``.
+        Override it in a subclass to bind another SDK (one found by other rules, or tools that
+        emulate snpe-net-run's command line and file formats) and register that subclass as the
+        ``snpe`` backend through the entry-point group ``onnxwrapper.backends``.
 
         Returns:
             ``(Sdk, "")`` or ``(None, what was looked at)``.
@@ -284,9 +280,7 @@ class SnpeBackend(Backend):
         auto-selected (``auto_selectable=False``): used only with ``backend="snpe"``."""
         sdk, why = cls.locate_sdk(None)
         if sdk is not None:
-            tag = f" ({sdk.tag})" if sdk.tag else ""
-            return Availability(True, reason=f"snpe-net-run in {sdk.root}{tag}", simulated=not sdk.real_device,
-                                real_npu=sdk.real_device, auto_selectable=False,
+            return Availability(True, reason=f"snpe-net-run in {sdk.root}", real_npu=True, auto_selectable=False,
                                 details={"sdk_root": sdk.root, "arch": sdk.arch})
         qai = cls.qai_backend().probe()
         if qai.available:
@@ -327,7 +321,7 @@ class SnpeBackend(Backend):
         flags += ["--use_native_output_files"] if plans[1].mode == "native" else []
         if "native" in (plans[0].mode, plans[1].mode):
             flags.append("--userbuffer_auto")  # the native-file flags "Must be used with --userbuffer_xxx"
-        provider = f"SNPE({cfg['runtime']}{',' + sdk.tag if sdk.tag else ''})"
+        provider = f"SNPE({cfg['runtime']})"
         options = {"artifact": dlc, "runtime": cfg["runtime"], "perf_profile": cfg["perf_profile"],
                    "input_files": plans[0].mode, "output_files": plans[1].mode, "sdk_root": sdk.root}
         return SnpeSession(sdk=sdk, dlc=dlc, native_inputs=list(natives[0]), command_flags=flags,

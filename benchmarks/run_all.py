@@ -1,6 +1,6 @@
 """Run every benchmark and write one JSON summary that CI can archive (not a timed test).
 
-Each ``benchmarks/bench_*.py`` runs in its own process (the creation benchmark needs fresh
+Each ``benchmarks/bench/bench_*.py`` runs in its own process (the creation benchmark needs fresh
 processes anyway) and prints each figure as a ratio against raw onnxruntime measured in the same
 run, with its target and whether it is met; this script collects their figures, the host, the
 versions and the load averages into ``--json``. ``calibrate_diff.py`` is not a speed benchmark
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from _figures import host, load_average
+from bench._figures import host, load_average  # benchmarks/bench/_figures.py (a namespace package)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: in the order they run: the long ones last
@@ -44,7 +44,7 @@ def run_one(name: str, quick: bool) -> dict:
     """Run ``bench_<name>.py``; its exit status, seconds, figures and (on failure) its stderr tail."""
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         out = os.path.join(tmp, "figures.json")
-        cmd = [sys.executable, os.path.join(HERE, f"bench_{name}.py"), "--json-out", out]
+        cmd = [sys.executable, os.path.join(HERE, "bench", f"bench_{name}.py"), "--json-out", out]
         cmd += QUICK[name] if quick else []
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Probes of ORT's public session API for tests/test_qnn_session_api.py: each takes the flavour
+"""Probes of ORT's public session API for tests/qnn/test_qnn_session_api.py: each takes the flavour
 (``qrt``, tests/qnn_flavours.py) and the module's tiny model files and returns what a script
 observes (values, or ``(exception class, message)`` from :func:`_error`)."""
 

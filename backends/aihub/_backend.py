@@ -73,9 +73,9 @@ class AihubBackend(Backend):
 
         The default imports ``qai_hub`` and creates a ``qai_hub.Client()`` of its own, waiting with
         the system clock. Override it in a subclass to bind another implementation of the same API
-        (e.g. a test double that enforces the real client's contract and runs models locally, with a
-        simulated clock) and register that subclass as the ``aihub`` backend through the
-        entry-point group ``onnxwrapper.backends``.
+        (a client with another configuration, or an emulation of the service that runs models
+        locally in simulated time, with its clock) and register that subclass as the ``aihub``
+        backend through the entry-point group ``onnxwrapper.backends``.
 
         Raises:
             BackendUnavailableError: qai-hub is not installed or too old (with the install hint).
@@ -91,15 +91,13 @@ class AihubBackend(Backend):
         except BackendUnavailableError as exc:
             return Availability(False, reason=exc.reason, install_hint=exc.install_hint)
         problem = configuration_problem(hub)
-        label = f" ({hub.tag})" if hub.tag else ""
         if problem:
             return Availability(False, reason=f"no Qualcomm AI Hub API token is configured for qai-hub "
-                                              f"{hub.version}{label}: {problem}", install_hint=CONFIGURE_HINT)
-        service = "Qualcomm AI Hub's device farm" if hub.real_service else "an emulation of Qualcomm AI Hub"
-        return Availability(True, reason=f"qai-hub {hub.version}{label}{version_note(hub.version)}: {service}; "
-                                         f"uploads the model and its inputs, selected only with backend='aihub'",
-                            real_npu=hub.real_service, simulated=not hub.real_service, auto_selectable=False,
-                            details={"qai_hub": f"{hub.version}{label}"})
+                                              f"{hub.version}: {problem}", install_hint=CONFIGURE_HINT)
+        return Availability(True, reason=f"qai-hub {hub.version}{version_note(hub.version)}: Qualcomm AI Hub's "
+                                         f"device farm; uploads the model and its inputs, selected only with "
+                                         f"backend='aihub'",
+                            real_npu=True, auto_selectable=False, details={"qai_hub": hub.version})
 
     def open(self, request: SessionRequest) -> AihubSession:
         """Check the model and the device, then compile a static model (see the module docstring).
@@ -130,7 +128,7 @@ class AihubBackend(Backend):
         compiler = TargetCompiler(calls=calls, device=device, config=cfg, source=source, proto=proto, inputs=inputs,
                                   outputs=outputs, label=label)
         kind = "QNNDlc" if cfg["target_runtime"] == "qnn_dlc" else "QNNContextBinary"
-        provider = f"{kind}(aihub:{cfg['device']}{',' + hub.tag if hub.tag else ''})"
+        provider = f"{kind}(aihub:{cfg['device']})"
         options = {"device": cfg["device"], "device_os": cfg["device_os"] or "latest",
                    "target_runtime": cfg["target_runtime"], "compile_options": compiler.options,
                    "inference_options": cfg["inference_options"], "qai_hub": hub.version}

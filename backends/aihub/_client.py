@@ -60,18 +60,15 @@ class HubClient:
             ``InternalError``, ``client.RateLimitedError``).
         client: a ``module.Client`` of its own (the backend never uses the package's global client).
         version: the package version string.
-        clock: ``monotonic()`` / ``sleep(seconds)`` used for every wait and backoff (default:
-            :class:`SystemClock`; a test double passes its simulated clock).
-        real_service: False when the client answers from an emulation (reported as ``simulated``).
-        tag: a label added to provider names and listings (e.g. ``"FAKE"``); empty for qai-hub.
+        clock: any object with ``monotonic()`` (seconds) and ``sleep(seconds)``, used for every
+            wait and backoff (default: :class:`SystemClock`; a client whose jobs run in simulated
+            time passes the clock of that simulation).
     """
 
     module: Any
     client: Any
     version: str
     clock: Any = SystemClock()
-    real_service: bool = True
-    tag: str = ""
 
 
 def _version(module) -> str:

@@ -1,5 +1,5 @@
 """A user's script, type-checked with ``mypy --strict`` against the installed wheel
-(tests/test_typed.py). It is checked, not run: it touches the public API a user types against."""
+(tests/project/test_typed.py). It is checked, not run: it touches the public API a user types against."""
 
 from __future__ import annotations
 

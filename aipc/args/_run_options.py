@@ -1,0 +1,132 @@
+"""The run options (``--backend``, ``--target``, ``--precision``, …, ``-v``): the options of ``aipc run
+script.py``, shared by ``aipc run MODEL.onnx`` (:class:`aipc.args._model.BackendArgs`), ``aipc
+capture`` and ``aipc compile --from-capture``, and their ``AIPC_*`` environment variables
+(:mod:`aipc_loader._env`): an option given on the command line wins over the variable, which wins
+over the default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from aipc._exit_codes import UsageError
+from aipc_loader import _env
+
+__all__ = ["add_run_options", "resolve_settings", "RunSettings"]
+
+
+def _positive(option: str, integer: bool = False):
+    """argparse ``type=``: a positive number for ``option`` (an int when ``integer``)."""
+    def convert(text: str):
+        try:
+            value = _integer(option, text) if integer else _env.parse_positive(option, text)
+        except _env.EnvError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+        return value
+    return convert
+
+
+def _integer(name: str, text: str) -> int:
+    value = _env.parse_positive(name, text)
+    if value != int(value):
+        raise _env.EnvError(f"{name}={text!r} is not a whole number.")
+    return int(value)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """Add the run options (backend group) to ``parser``.
+
+    Every option defaults to ``None`` so :func:`resolve_settings` can tell "not given" (then the
+    environment variable, then the default applies) from an explicit value.
+    """
+    group = parser.add_argument_group("run options", "Each can also be set by the environment variable shown.")
+    group.add_argument("--backend", metavar="NAME",
+                       help=f"backend that runs the sessions: qnn, cpu, … [{_env.ENV_BACKEND}] "
+                            f"(default: {_env.DEFAULT_BACKEND})")
+    group.add_argument("--target", metavar="TARGET",
+                       help=f"device target, backend option 'target' (qnn: a SoC name) [{_env.ENV_TARGET}]")
+    group.add_argument("--precision", metavar="P",
+                       help=f"backend option 'precision' (qnn: fp16, fp32) [{_env.ENV_PRECISION}]")
+    group.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"backend option 'strict': a node left on the CPU is an error [{_env.ENV_STRICT}]")
+    group.add_argument("--cache-dir", metavar="DIR",
+                       help=f"backend option 'cache_dir': compiled-artifact cache [{_env.ENV_CACHE_DIR}]")
+    group.add_argument("--compile-timeout", metavar="SECONDS", type=_positive("--compile-timeout"),
+                       help=f"backend option 'compile_timeout': wall time one compile may take before the "
+                            f"recovery ladder takes over [{_env.ENV_COMPILE_TIMEOUT}]")
+    group.add_argument("--compile-memory-mb", metavar="MIB", type=_positive("--compile-memory-mb", integer=True),
+                       help=f"backend option 'compile_memory_mb': memory one compile may use "
+                            f"[{_env.ENV_COMPILE_MEMORY_MB}]")
+    group.add_argument("-v", "--verbose", action="count", default=None,
+                       help=f"say what aipc does on stderr; -vv also shows onnxwrapper's debug log "
+                            f"[{_env.ENV_VERBOSE}=0|1|2]")
+    group.add_argument("--report-partition", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"at exit print each session's partition summary [{_env.ENV_REPORT_PARTITION}]")
+    group.add_argument("--repairs", metavar="FILE",
+                       help="repair recipe (aipc fix): backend option 'repairs' for the models it names; other "
+                            "models run unchanged")
+
+
+@dataclass
+class RunSettings:
+    """The resolved run settings.
+
+    Attributes:
+        backend: backend name as requested (resolved to the canonical name when validated).
+        backend_options: options for the backend, e.g. ``{"target": "x_elite", "strict": True}``.
+        verbose: 0, 1, 2. report_partition: print partition summaries at exit.
+        env_only_options: option keys that came from environment variables (dropped, with a
+            ``-v`` note, when the backend does not declare them).
+    """
+
+    backend: str
+    backend_options: dict[str, Any] = field(default_factory=dict)
+    verbose: int = 0
+    report_partition: bool = False
+    env_only_options: set = field(default_factory=set)
+
+
+def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
+    """Combine parsed options with the ``AIPC_*`` environment variables (options win).
+
+    Raises:
+        UsageError: an environment variable has an unusable value.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        def pick(value, var, parse=None):
+            if value is not None:
+                return value, "option"
+            raw = env.get(var)
+            if raw is None or raw.strip() == "":
+                return None, None
+            return (parse(var, raw) if parse else raw.strip()), "env"
+
+        backend, _ = pick(args.backend, _env.ENV_BACKEND)
+        settings = RunSettings(backend or _env.DEFAULT_BACKEND)
+        for attr, var, parse in (("target", _env.ENV_TARGET, None), ("precision", _env.ENV_PRECISION, None),
+                                 ("strict", _env.ENV_STRICT, _env.parse_bool),
+                                 ("cache_dir", _env.ENV_CACHE_DIR, None),
+                                 ("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
+                                 ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer)):
+            value, source = pick(getattr(args, attr, None), var, parse)  # other commands lack some
+            if value is None:
+                continue
+            if attr == "cache_dir":
+                value = os.path.abspath(os.path.expanduser(value))
+            key = _env.OPTION_KEYS[attr]
+            settings.backend_options[key] = value
+            if source == "env":
+                settings.env_only_options.add(key)
+        if getattr(args, "repairs", None):  # models without a recipe in the file run as they are
+            settings.backend_options["repairs"] = {"file": os.path.abspath(args.repairs), "required": False}
+        verbose, _ = pick(args.verbose, _env.ENV_VERBOSE, _env.parse_verbosity)
+        settings.verbose = int(verbose or 0)
+        report, _ = pick(args.report_partition, _env.ENV_REPORT_PARTITION, _env.parse_bool)
+        settings.report_partition = bool(report)
+        return settings
+    except _env.EnvError as exc:
+        raise UsageError(str(exc)) from exc

@@ -1,0 +1,1 @@
+"""The aipc command line as a user runs it."""

@@ -1,0 +1,1 @@
+"""aipc diff and onnxwrapper.diff: capture, metrics, verdicts, localization, model runs."""

@@ -1,0 +1,1 @@
+"""The kernel: the compile cache, cache hits, digest hints, run plans, static shapes."""

@@ -1,0 +1,1 @@
+"""The hot patch, the script runner and child processes (aipc_loader)."""

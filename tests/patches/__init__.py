@@ -1,0 +1,1 @@
+"""Operator patches and accuracy rewrites against onnxruntime's CPU kernels."""

@@ -1,0 +1,1 @@
+"""House rules that tools check: import contracts, docstrings, the typed package."""

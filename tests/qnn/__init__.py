@@ -1,0 +1,1 @@
+"""The qnn backend on the HTP simulator: compile, sessions, options, recovery, fidelity, planned runs."""

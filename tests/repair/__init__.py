@@ -1,0 +1,1 @@
+"""Repair recipes and aipc fix."""

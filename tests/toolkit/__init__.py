@@ -1,0 +1,1 @@
+"""The toolkit: inspection and QDQ quantization."""

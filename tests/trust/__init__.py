@@ -1,0 +1,1 @@
+"""Trust boundaries (docs/security.md): cache, code, console, files, fork, network, recipes, fuzzing."""
