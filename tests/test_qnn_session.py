@@ -233,7 +233,7 @@ def test_expected_qdq_io_offload_is_reported_but_not_warned():
     import warnings
 
     from onnxwrapper.kernel._partition import NodeAssignment, known_reason
-    from onnxwrapper.backends.qnn._session import check_partition
+    from onnxwrapper.backends.qnn._partition_check import check_partition
     from onnxwrapper.errors import PartitionError
 
     q = NodeAssignment("x_QuantizeLinear", "QuantizeLinear", "", "CPUExecutionProvider", 0,

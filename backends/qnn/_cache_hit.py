@@ -38,7 +38,8 @@ from onnxwrapper.backends.qnn._cache_provenance import hit_problem, session_reco
 from onnxwrapper.backends.qnn._compile import CTX_NAME
 from onnxwrapper.backends.qnn._feed_limits import check_feed_rows
 from onnxwrapper.backends.qnn._model_identity import model_key, session_cache_key, stored_facts
-from onnxwrapper.backends.qnn._session import ArtifactInfo, check_partition
+from onnxwrapper.backends.qnn._partition_check import check_partition
+from onnxwrapper.backends.qnn._session import ArtifactInfo
 from onnxwrapper.backends.qnn._settings import qnn_setup, request_ep_options
 from onnxwrapper.backends.qnn._user_session import static_session, user_session_options
 from onnxwrapper.kernel import ArtifactCache, ModelSource, PartitionReport, record_digest, recorded_digest, recorded_key

@@ -23,10 +23,10 @@ from onnxwrapper.backends.qnn._backend import QnnBackend
 from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
 from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore, compile_request
 from onnxwrapper.backends.qnn._provenance import make_record
+from onnxwrapper.backends.qnn._repair import compile_repaired
 from onnxwrapper.backends.qnn._runtime import qnn_versions, user_qnn_ep_options
-from onnxwrapper.backends.qnn._session import check_partition
+from onnxwrapper.backends.qnn._partition_check import check_partition
 from onnxwrapper.backends.qnn._settings import qnn_setup
-from onnxwrapper.backends.qnn._stitch import compile_repaired
 from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, control_value, specialize_for_qnn
 from onnxwrapper.backends.qnn._workers import default_pool
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError

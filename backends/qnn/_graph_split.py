@@ -32,7 +32,7 @@ import onnx
 from onnxwrapper.backends.qnn._compile import CTX_NAME
 from onnxwrapper.backends.qnn._compile_errors import recoverable
 from onnxwrapper.backends.qnn._pipeline import CacheStore, Compiled, EpContextFromOnnx
-from onnxwrapper.backends.qnn._stitch import _self_contained, merge_reports, write_stitched
+from onnxwrapper.backends.qnn._stitch import merge_reports, self_contained, write_stitched
 from onnxwrapper.errors import PartitionError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
 from onnxwrapper.repair import ModelPart, boundary_types, part_model
@@ -186,7 +186,7 @@ class GraphSplit:
             What ``on_cpu`` raises (strict mode); ORT's and the pipeline's non-recoverable errors.
         """
         start = time.perf_counter()
-        proto = _self_contained(proto, self.setup.source.directory)
+        proto = self_contained(proto, self.setup.source.directory)
         total = len(_order(proto))
         all_parts = range_parts(proto, [SplitRange(k, k + 1, "npu") for k in range(total)])
         types = boundary_types(proto, all_parts)

@@ -48,7 +48,8 @@ from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, mo
 from onnxwrapper.backends.qnn._recovery import RecoveringCompile, batch_split_of
 from onnxwrapper.backends.qnn._repair import prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn._runtime import copy_session_options
-from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, check_partition, nonfinite_check
+from onnxwrapper.backends.qnn._partition_check import check_partition
+from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession, nonfinite_check
 from onnxwrapper.backends.qnn._settings import QnnSetup, qnn_setup, request_ep_options
 from onnxwrapper.backends.qnn._spec_builder import JitModel, SpecializationBuilder, artifact_info, static_compile
 from onnxwrapper.backends.qnn._specialize import control_inputs

@@ -1,24 +1,29 @@
 """The options of the ``qnn`` backend: their documentation, converters and defaults (``QnnBackend.options``).
 
-The converters of ``patches`` and ``repairs`` import their modules when such an option is given:
-the operator patches and the repair recipes (and onnx under them) are not needed to open a
-session without them.
+The converters of ``patches`` and ``repairs`` import the operator patches and the repair recipes
+(and onnx under them) when such an option is given: they are not needed to open a session without
+them.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from onnxwrapper.backends._artifact_files import companion_option
-from onnxwrapper.backends.base import OptionSpec
+from onnxwrapper.backends.base import OptionSpec, did_you_mean
 from onnxwrapper.backends.qnn._budget import DEFAULT_COMPILE_TIMEOUT_S, convert_seconds
 from onnxwrapper.backends.qnn._feed_limits import DEFAULT_MAX_FEED_MB
 from onnxwrapper.backends.qnn._targets import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
 
-__all__ = ["OPTIONS", "REPAIRS_DOC", "convert_graph"]
+if TYPE_CHECKING:
+    from onnxwrapper.repair import RecipeBook
+
+__all__ = ["OPTIONS", "REPAIRS_DOC", "RepairsOption", "convert_graph", "convert_patches", "convert_repairs",
+           "disabled_patches"]
 
 _SRC = "QNN SDK QnnTypes.h Qnn_SocModel_t; QNN 'Supported Snapdragon devices'"
 REPAIRS_DOC = ("Repair recipe written by `aipc fix` (a path), applied to the model whose sha256 it names: rewrites "
@@ -27,18 +32,102 @@ REPAIRS_DOC = ("Repair recipe written by `aipc fix` (a path), applied to the mod
                "--repairs). See docs/repair.md.")
 
 
-def _convert_patches(value: Any):
+def _registered_patches() -> list[str]:
     # imported here: onnxwrapper.patches (and onnx) only when the option is given
-    from onnxwrapper.backends.qnn._patching import convert_patches
+    from onnxwrapper.patches import list_patches
 
-    return convert_patches(value)
+    return [p.name for p in list_patches()]
 
 
-def _convert_repairs(value: Any):
+def convert_patches(value: Any) -> bool | tuple[str, ...]:
+    """Converter of the ``patches`` backend option.
+
+    Args:
+        value: ``True`` (default: every registered patch), ``False`` / ``0`` (none), or a list or
+            tuple of registered patch names (``onnxwrapper.patches.list_patches()``) to *disable*,
+            case-insensitive.
+
+    Returns:
+        ``True``, ``False`` or the sorted tuple of disabled names (lower case).
+
+    Raises:
+        ValueError: an unknown patch name (lists the registered ones, suggests the closest).
+        TypeError: another type.
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, (list, tuple)):
+        known = _registered_patches()
+        disabled = set()
+        for item in value:
+            if not isinstance(item, str):
+                raise TypeError(f"patch names must be strings, got {type(item).__name__}")
+            name = item.strip().lower()
+            if name not in known:
+                hint = did_you_mean(name, known)
+                raise ValueError(f"unknown patch '{item}'.{hint} Registered patches: {', '.join(known)}")
+            disabled.add(name)
+        return tuple(sorted(disabled))
+    raise TypeError(f"expected True, False or a list of patch names to disable ({', '.join(_registered_patches())})")
+
+
+def disabled_patches(option: bool | Sequence[str]) -> tuple[str, ...] | None:
+    """The ``disabled=`` argument for :func:`onnxwrapper.patches.patch_offloaded` from a converted
+    ``patches`` option: ``None`` when patching is off, else the names to skip."""
+    if option is False:
+        return None
+    if option is True:
+        return ()
+    return tuple(option)
+
+
+@dataclass(frozen=True)
+class RepairsOption:
+    """The converted ``repairs`` option.
+
+    Attributes:
+        book: the recipes. required: a model without a recipe is an error (``True``) or runs
+            unrepaired (``False``). spec: the option as given (JSON-ready, for child processes).
+    """
+
+    book: RecipeBook
+    required: bool
+    spec: Any
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+
+def convert_repairs(value: Any) -> RepairsOption | None:
+    """Converter of the ``repairs`` option: ``None``; a recipe file path; a dict
+    ``{"file": PATH, "required": bool}``; a :class:`~onnxwrapper.repair.RecipeBook`; or an already
+    converted :class:`RepairsOption`.
+
+    Raises:
+        ValueError (a :class:`~onnxwrapper.errors.RecipeError`): unreadable or invalid recipe.
+        TypeError: another type.
+    """
+    if value is None or isinstance(value, RepairsOption):
+        return value
     # imported here: the repair recipes (and onnx) only when the option is given
-    from onnxwrapper.backends.qnn._repair import convert_repairs
+    from onnxwrapper.repair import RecipeBook, load_recipes
 
-    return convert_repairs(value)
+    if isinstance(value, RecipeBook):
+        return RepairsOption(value, True, value.path)
+    if isinstance(value, (str, os.PathLike)):
+        return RepairsOption(load_recipes(value), True, os.path.abspath(os.fspath(value)))
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"file", "required"}
+        if unknown or "file" not in value:
+            raise ValueError(f"expected {{'file': PATH, 'required': bool}}, got keys {sorted(value)}")
+        required = value.get("required", True)
+        if not isinstance(required, bool):
+            raise TypeError("'required' must be True or False")
+        path = os.path.abspath(os.fspath(value["file"]))
+        return RepairsOption(load_recipes(path), required, {"file": path, "required": required})
+    raise TypeError(f"expected a recipe file path or {{'file': PATH, 'required': bool}}, got {type(value).__name__}")
 
 
 def convert_graph(value: Any) -> int | str:
@@ -131,10 +220,10 @@ OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defau
     ("cache_dir", None, _convert_cache_dir),
     ("max_specializations", 8, convert_positive_int),
     ("provider_options", None, convert_provider_options),
-    ("patches", True, _convert_patches),
+    ("patches", True, convert_patches),
     ("graph", None, convert_graph),
     ("onnx", None, _convert_companion),
-    ("repairs", None, _convert_repairs),
+    ("repairs", None, convert_repairs),
     ("max_feed_mb", DEFAULT_MAX_FEED_MB, convert_positive_int),
     ("compile_timeout", DEFAULT_COMPILE_TIMEOUT_S, convert_seconds),
     ("compile_memory_mb", None, convert_positive_int),

@@ -27,62 +27,13 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from onnxwrapper.backends.base import did_you_mean
 from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError, PartitionError
 from onnxwrapper.kernel import PartitionReport, make_key
-from onnxwrapper.patches import list_patches, patch_offloaded
+from onnxwrapper.patches import patch_offloaded
 
-__all__ = ["convert_patches", "disabled_patches", "compile_with_patches", "FailureMemo"]
+__all__ = ["compile_with_patches", "FailureMemo"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
-
-
-def _registered() -> list[str]:
-    return [p.name for p in list_patches()]
-
-
-def convert_patches(value: Any) -> bool | tuple[str, ...]:
-    """Converter of the ``patches`` backend option.
-
-    Args:
-        value: ``True`` (default: every registered patch), ``False`` / ``0`` (none), or a list or
-            tuple of registered patch names (``onnxwrapper.patches.list_patches()``) to *disable*,
-            case-insensitive.
-
-    Returns:
-        ``True``, ``False`` or the sorted tuple of disabled names (lower case).
-
-    Raises:
-        ValueError: an unknown patch name (lists the registered ones, suggests the closest).
-        TypeError: another type.
-    """
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, (list, tuple)):
-        known = _registered()
-        disabled = set()
-        for item in value:
-            if not isinstance(item, str):
-                raise TypeError(f"patch names must be strings, got {type(item).__name__}")
-            name = item.strip().lower()
-            if name not in known:
-                hint = did_you_mean(name, known)
-                raise ValueError(f"unknown patch '{item}'.{hint} Registered patches: {', '.join(known)}")
-            disabled.add(name)
-        return tuple(sorted(disabled))
-    raise TypeError(f"expected True, False or a list of patch names to disable ({', '.join(_registered())})")
-
-
-def disabled_patches(option: bool | Sequence[str]) -> tuple[str, ...] | None:
-    """The ``disabled=`` argument for :func:`onnxwrapper.patches.patch_offloaded` from a converted
-    ``patches`` option: ``None`` when patching is off, else the names to skip."""
-    if option is False:
-        return None
-    if option is True:
-        return ()
-    return tuple(option)
 
 
 class FailureMemo:
@@ -129,7 +80,7 @@ def compile_with_patches(compile_fn: Callable[[Any, list], tuple[Any, PartitionR
             :class:`~onnxwrapper.errors.PartitionError` when QNN takes no node.
         model: the model input for the first compile.
         proto: the same model as an ``onnx.ModelProto`` (not modified; patched as a copy).
-        disabled: from :func:`disabled_patches` (``None``: patching off).
+        disabled: from :func:`~onnxwrapper.backends.qnn._options.disabled_patches` (``None``: patching off).
         label: model name for log lines. memo: remembers failed patched compiles (optional).
 
     Returns:

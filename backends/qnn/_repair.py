@@ -23,63 +23,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from onnxwrapper.backends.qnn._options import REPAIRS_DOC
+import onnx
+
+from onnxwrapper.backends.qnn._options import convert_repairs
 from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx
-from onnxwrapper.errors import BackendOptionError, RecipeError
-from onnxwrapper.kernel import __version__, make_key, user_stacklevel
-from onnxwrapper.repair import (RecipeBook, RepairedModel, UnverifiedRecipeWarning, apply_recipe, check_recipe,
-                                load_recipes, model_sha256)
+from onnxwrapper.backends.qnn._stitch import StitchedEpContext, merge_reports, split_parts, write_stitched
+from onnxwrapper.errors import ArtifactError, BackendOptionError, PartitionError, RecipeError
+from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, make_key, specialize, user_stacklevel
+from onnxwrapper.repair import (RepairedModel, UnverifiedRecipeWarning, apply_recipe, check_recipe, model_sha256,
+                                part_model)
 
-__all__ = ["RepairsOption", "RepairPlan", "convert_repairs", "prepare_repairs", "REPAIRS_DOC", "repaired_step",
-           "with_recipe_records", "refuse_for_artifact"]
-
-
-@dataclass(frozen=True)
-class RepairsOption:
-    """The converted ``repairs`` option.
-
-    Attributes:
-        book: the recipes. required: a model without a recipe is an error (``True``) or runs
-            unrepaired (``False``). spec: the option as given (JSON-ready, for child processes).
-    """
-
-    book: RecipeBook
-    required: bool
-    spec: Any
-
-    def __str__(self) -> str:
-        return str(self.spec)
-
-
-def convert_repairs(value: Any) -> RepairsOption | None:
-    """Converter of the ``repairs`` option: ``None``; a recipe file path; a dict
-    ``{"file": PATH, "required": bool}``; a :class:`~onnxwrapper.repair.RecipeBook`; or an already
-    converted :class:`RepairsOption`.
-
-    Raises:
-        ValueError (a :class:`~onnxwrapper.errors.RecipeError`): unreadable or invalid recipe.
-        TypeError: another type.
-    """
-    if value is None or isinstance(value, RepairsOption):
-        return value
-    if isinstance(value, RecipeBook):
-        return RepairsOption(value, True, value.path)
-    if isinstance(value, (str, os.PathLike)):
-        return RepairsOption(load_recipes(value), True, os.path.abspath(os.fspath(value)))
-    if isinstance(value, Mapping):
-        unknown = set(value) - {"file", "required"}
-        if unknown or "file" not in value:
-            raise ValueError(f"expected {{'file': PATH, 'required': bool}}, got keys {sorted(value)}")
-        required = value.get("required", True)
-        if not isinstance(required, bool):
-            raise TypeError("'required' must be True or False")
-        path = os.path.abspath(os.fspath(value["file"]))
-        return RepairsOption(load_recipes(path), required, {"file": path, "required": required})
-    raise TypeError(f"expected a recipe file path or {{'file': PATH, 'required': bool}}, got {type(value).__name__}")
+__all__ = ["RepairPlan", "compile_repaired", "prepare_repairs", "repaired_step", "with_recipe_records",
+           "refuse_for_artifact"]
 
 
 @dataclass(frozen=True)
@@ -127,7 +88,8 @@ def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | No
     """The recipe that applies to the model, applied in memory; ``None`` without option or recipe.
 
     Args:
-        config: validated ``qnn`` backend options (``repairs`` converted by :func:`convert_repairs`).
+        config: validated ``qnn`` backend options (``repairs`` converted by
+            :func:`~onnxwrapper.backends.qnn._options.convert_repairs`).
         source: the model's :class:`~onnxwrapper.kernel.ModelSource`. proto: its ``onnx.ModelProto``.
 
     Raises:
@@ -189,8 +151,6 @@ def repaired_step(plan: RepairPlan, setup, content_hash: str):
     normal pipeline on the rewritten model under the repaired cache identity
     (:meth:`RepairPlan.model_hash`); with them, the split-compile-assemble step of
     :mod:`onnxwrapper.backends.qnn._stitch`. Either way the report lists the recipe's rewrites."""
-    from onnxwrapper.backends.qnn._stitch import StitchedEpContext
-
     key = plan.model_hash(content_hash)
     inner = (StitchedEpContext(setup, plan.cpu_nodes, key, plan.proto) if plan.cpu_nodes
              else EpContextFromOnnx(CacheStore(setup, plan.proto, key)))
@@ -202,3 +162,82 @@ def repaired_step(plan: RepairPlan, setup, content_hash: str):
             return with_recipe_records(inner(model_input, proto, shapes, note, values), plan)
         return with_recipe_records(inner(model_input, proto, shapes, note), plan)
     return step
+
+
+def compile_repaired(compile_model, model, output_path, backend_options, input_shapes, *, sess_options,
+                     overwrite: bool, dlc_dir, source_model=None):
+    """``compile_model`` with the ``repairs`` option: the recipe baked into the written EPContext model.
+
+    Without CPU subgraphs the rewritten model is compiled as usual; with them, each NPU part is
+    compiled and the parts are assembled into ``output_path`` with one context binary per part
+    (``<stem>_qnn.bin`` for the first NPU part, ``<stem>_part<k>_qnn.bin`` for part ``k`` after it).
+    ``CompileResult.patches`` lists the rewrites. ``source_model``: the model file the written
+    artifact stands for (its provenance record names it; see ``compile_model``).
+
+    Raises:
+        RecipeMismatchError, RecipeError: as for sessions. BackendOptionError: dynamic dims left, or
+        ``dlc_dir`` with CPU subgraphs. Everything ``compile_model`` raises.
+    """
+    options = dict(backend_options or {})
+    option = convert_repairs(options.pop("repairs"))
+    source = (ModelSource(None, model.SerializeToString()) if isinstance(model, onnx.ModelProto)
+              else ModelSource.from_arg(model))
+    plan = prepare_repairs({"repairs": option, "strict": options.get("strict")}, source, source.load_proto())
+    if plan is None:
+        return compile_model(model, output_path, options, input_shapes, sess_options=sess_options,
+                             overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
+    if plan.repaired.precision:
+        options["precision"] = plan.repaired.precision
+    if not plan.cpu_nodes:
+        result = compile_model(plan.proto, output_path, options, input_shapes, sess_options=sess_options,
+                               overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
+        patches = tuple(plan.records) + tuple(result.patches)
+        return dataclasses.replace(result, patches=patches, partition=result.partition.with_patches(patches))
+    if dlc_dir is not None:
+        raise BackendOptionError("DLC export of a model split by a repair recipe's CPU subgraphs is not supported; "
+                                 "export without --dlc, or use a recipe without CPU subgraphs.", backend="qnn")
+    shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+    proto = specialize(plan.proto, shapes) if shapes else plan.proto
+    if dynamic_inputs(proto):
+        raise BackendOptionError(f"Inputs {sorted(dynamic_inputs(proto))} have dynamic dims: pass their static shapes "
+                                 f"to compile a model split by a repair recipe.", backend="qnn")
+    start = time.perf_counter()
+    output_path = os.path.abspath(os.fspath(output_path))
+    folder, ctx_name = os.path.split(output_path)
+    stem = os.path.splitext(ctx_name)[0]
+    parts, types = split_parts(proto, plan.cpu_nodes)
+    results = {}
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".onnxwrapper-compile-") as tmp:
+        for part in parts:
+            if part.kind != "npu":
+                continue
+            try:
+                results[part.stage] = compile_model(part_model(proto, part, types),
+                                                    os.path.join(tmp, f"part{part.stage}_ctx.onnx"), options,
+                                                    sess_options=sess_options, overwrite=True)
+            except PartitionError:
+                continue
+        def bin_name(stage: int, n: int) -> str:
+            name = f"{stem}_qnn.bin" if n == 0 else f"{stem}_part{stage}_qnn.bin"
+            if os.path.exists(os.path.join(folder, name)) and not overwrite:
+                raise ArtifactError(f"{os.path.join(folder, name)} exists already; pass overwrite=True to replace it.",
+                                    path=os.path.join(folder, name))
+            return name
+
+        if os.path.exists(output_path) and not overwrite:
+            raise ArtifactError(f"{output_path} exists already; pass overwrite=True to replace it.", path=output_path)
+        bins = write_stitched(folder, ctx_name, proto, parts, {k: r.ctx_path for k, r in results.items()}, types,
+                              bin_name)
+    report = merge_reports(proto, parts, {k: r.partition for k, r in results.items()}, source="compile",
+                           note=f"repaired: {plan.describe()}").with_patches(plan.records)
+    first = next(iter(results.values()), None)
+    if first is None:
+        raise PartitionError("The QNN execution provider took no node of any part of the repaired model.",
+                             backend="qnn", cpu_nodes=report.cpu_nodes)
+    bin_paths = [os.path.join(folder, b) for b in bins]
+    return dataclasses.replace(first, ctx_path=output_path, bin_path=bin_paths[0] if bin_paths else None,
+                               ctx_bytes=os.path.getsize(output_path),
+                               bin_bytes=sum(os.path.getsize(p) for p in bin_paths), partition=report,
+                               seconds=time.perf_counter() - start, input_shapes=shapes or None,
+                               patches=tuple(plan.records), dlc_paths=(), dlc_seconds=0.0)

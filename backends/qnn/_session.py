@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -35,16 +34,15 @@ from onnxwrapper.backends.qnn._compile import ort_session_class, qnn_creation_gu
 from onnxwrapper.backends.qnn._context_budget import context_bytes, load_with_room
 from onnxwrapper.backends.qnn._dispatch import plan_run
 from onnxwrapper.backends.qnn._no_node import no_node_policy, ort_provider_options, ort_providers
+from onnxwrapper.backends.qnn._partition_check import check_partition
 from onnxwrapper.backends.qnn._runtime import EP_NAME
 from onnxwrapper.backends.qnn._specialize import control_value, signature_of
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
-from onnxwrapper.kernel import NonFiniteInputCheck, PartialOffloadWarning, PartitionReport, RunPlans, user_stacklevel
+from onnxwrapper.kernel import NonFiniteInputCheck, PartitionReport, RunPlans
 
-__all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "check_partition", "nonfinite_check"]
+__all__ = ["ArtifactInfo", "QnnStaticSession", "QnnDynamicSession", "nonfinite_check"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 class ArtifactInfo(NamedTuple):
@@ -73,51 +71,6 @@ def nonfinite_check(settings, label: str) -> NonFiniteInputCheck | None:
     if settings.precision == "fp32":
         return None
     return NonFiniteInputCheck(label, "the QNN HTP in FP16", "131008")
-
-
-def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_key: str,
-                    stacklevel: int | None = None) -> None:
-    """Raise under ``strict`` if any node is off QNN; otherwise warn once per ``warn_key``.
-
-    Not warned (logged at INFO only): a QDQ model whose only CPU nodes are the graph-IO
-    QuantizeLinear/DequantizeLinear that the QNN EP leaves on CPU by its default
-    ``offload_graph_io_quantization=1`` (set it to ``"0"`` through ``provider_options`` to run them on
-    the NPU too).
-
-    The warning is a :class:`~onnxwrapper.kernel._partition.PartialOffloadWarning` attributed
-    ``stacklevel`` frames up (default: the user's call, :func:`onnxwrapper.kernel.user_stacklevel`); the same
-    text is logged at INFO on
-    logger ``onnxwrapper.qnn``.
-
-    Raises:
-        PartitionError: ``strict`` and at least one node runs on another EP (lists them).
-    """
-    off = report.offloaded_nodes
-    if not off:
-        return
-    listed = ", ".join(f"{n.name or '<unnamed>'} ({n.op_type})" for n in off[:20]) + (" …" if len(off) > 20 else "")
-    if strict:
-        raise PartitionError(f"strict=True but {len(off)} node(s) of {label} would run outside the QNN EP: {listed}. "
-                             f"Partition: {report.summary()}. Replace or remove these ops, or drop strict.",
-                             backend="qnn", cpu_nodes=report.cpu_nodes)
-    if all(n.op_type in _IO_QDQ_OPS for n in off):
-        # QDQ models: the graph-input Quantize / graph-output Dequantize stay on CPU by the QNN EP's
-        # default offload_graph_io_quantization=1 — expected, reported in the partition, no warning.
-        _log.info("onnxwrapper qnn: %s runs on the QNN NPU except its graph-input/output (de)quantization "
-                  "(%s), which the QNN EP leaves on CPU by its default offload_graph_io_quantization=1 "
-                  "(expected for QDQ models): %s", label, listed, report.summary())
-        return
-    message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
-               f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
-    _log.info("onnxwrapper qnn: %s", message)
-    with _warned_lock:
-        if warn_key in _warned:
-            return
-        _warned.add(warn_key)
-    warnings.warn(message, PartialOffloadWarning, stacklevel=user_stacklevel() if stacklevel is None else stacklevel + 1)
-
-
-_IO_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 def _refuse_move(strict: bool, backend: str, label: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
+from onnxwrapper.backends.qnn._options import disabled_patches
 from onnxwrapper.backends.qnn._runtime import EP_NAME, ensure_registered, htp_library_path, user_qnn_ep_options
 from onnxwrapper.backends.qnn._soc import DeviceSoc, detected_soc
 from onnxwrapper.backends.qnn._targets import (DEFAULT_SIMULATOR_TARGET, FP16_MIN_SOC_MODEL, FP32_SOC_MODEL,
@@ -130,9 +131,6 @@ class QnnSettings(_Record):
 
     def disabled_patches(self) -> tuple[str, ...] | None:
         """``disabled=`` for ``onnxwrapper.patches.patch_offloaded``; ``None`` when patching is off."""
-        # imported here: the operator patches (and onnx) are needed by compiles, not by a cache hit
-        from onnxwrapper.backends.qnn._patching import disabled_patches
-
         return disabled_patches(self.patches)
 
     def compile_options(self) -> dict[str, str]:

@@ -30,7 +30,8 @@ from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
 from onnxwrapper.backends.qnn._no_node import compile_or_verdict
 from onnxwrapper.backends.qnn._recovery import batch_split_of
 from onnxwrapper.backends.qnn._runtime import EP_NAME
-from onnxwrapper.backends.qnn._session import ArtifactInfo, check_partition
+from onnxwrapper.backends.qnn._partition_check import check_partition
+from onnxwrapper.backends.qnn._session import ArtifactInfo
 from onnxwrapper.backends.qnn._specialize import Signature, specialize_for_qnn
 from onnxwrapper.backends.qnn._user_session import BAKED_IN
 from onnxwrapper.errors import PartitionError

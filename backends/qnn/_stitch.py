@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
 import time
 from typing import Mapping
 
@@ -28,13 +27,13 @@ import onnx
 
 from onnxwrapper.backends.qnn._compile import CTX_NAME
 from onnxwrapper.backends.qnn._pipeline import CacheStore, Compiled, EpContextFromOnnx
-from onnxwrapper.errors import ArtifactError, BackendOptionError, PartitionError
-from onnxwrapper.kernel import (ArtifactCache, ModelSource, NodeAssignment, PartitionReport, dynamic_inputs, make_key,
-                                specialize)
+from onnxwrapper.errors import ArtifactError, PartitionError
+from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
 from onnxwrapper.patches import name_unnamed_nodes
 from onnxwrapper.repair import assemble, boundary_types, part_model, split_stages
 
-__all__ = ["CPU_REASON", "StitchedEpContext", "inlined_cpu_nodes", "merge_reports", "write_stitched", "compile_repaired"]
+__all__ = ["CPU_REASON", "StitchedEpContext", "inlined_cpu_nodes", "merge_reports", "self_contained", "split_parts",
+           "write_stitched"]
 
 EP = "QNNExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
@@ -101,7 +100,7 @@ def write_stitched(directory: str, ctx_name: str, proto: onnx.ModelProto, parts,
     return bins
 
 
-def _self_contained(proto: onnx.ModelProto, directory: str | None) -> onnx.ModelProto:
+def self_contained(proto: onnx.ModelProto, directory: str | None) -> onnx.ModelProto:
     """``proto`` with tensors stored as external data loaded into it (parts are compiled from bytes)."""
     from onnx.external_data_helper import _get_all_tensors, load_external_data_for_model, uses_external_data
 
@@ -111,7 +110,8 @@ def _self_contained(proto: onnx.ModelProto, directory: str | None) -> onnx.Model
     return proto
 
 
-def _split(proto, cpu_nodes):
+def split_parts(proto, cpu_nodes):
+    """``(parts, boundary types)`` of ``proto`` split at ``cpu_nodes`` (:func:`onnxwrapper.repair.split_stages`)."""
     parts = split_stages(proto, cpu_nodes)
     return parts, boundary_types(proto, parts)
 
@@ -172,14 +172,14 @@ class StitchedEpContext:
             ValueError: a part boundary has no known type. The pipeline's errors for a part.
         """
         start = time.perf_counter()
-        proto = _self_contained(proto, self.setup.source.directory)
+        proto = self_contained(proto, self.setup.source.directory)
         cpu_nodes = self.cpu_nodes
         if values or any(n.op_type == "If" for n in proto.graph.node) or self.original is not None:
             proto = onnx.ModelProto.FromString(proto.SerializeToString())
             name_unnamed_nodes(proto)
             cpu_nodes = inlined_cpu_nodes(proto, self.original if self.original is not None else proto,
                                           self.cpu_nodes)
-        parts, types = _split(proto, cpu_nodes)
+        parts, types = split_parts(proto, cpu_nodes)
         bound = {k: v for k, v in sorted((values or {}).items())}
         compiled: dict[int, Compiled] = {}
         for part in parts:
@@ -225,84 +225,3 @@ class StitchedEpContext:
         seconds = time.perf_counter() - start
         return Compiled(entry.file(CTX_NAME), report, (), entry.hit and reused, 0.0 if reused else seconds,
                         entry.key, entry.path, dict(entry.meta))
-
-
-def compile_repaired(compile_model, model, output_path, backend_options, input_shapes, *, sess_options,
-                     overwrite: bool, dlc_dir, source_model=None):
-    """``compile_model`` with the ``repairs`` option: the recipe baked into the written EPContext model.
-
-    Without CPU subgraphs the rewritten model is compiled as usual; with them, each NPU part is
-    compiled and the parts are assembled into ``output_path`` with one context binary per part
-    (``<stem>_qnn.bin`` for the first NPU part, ``<stem>_part<k>_qnn.bin`` for part ``k`` after it).
-    ``CompileResult.patches`` lists the rewrites. ``source_model``: the model file the written
-    artifact stands for (its provenance record names it; see ``compile_model``).
-
-    Raises:
-        RecipeMismatchError, RecipeError: as for sessions. BackendOptionError: dynamic dims left, or
-        ``dlc_dir`` with CPU subgraphs. Everything ``compile_model`` raises.
-    """
-    from onnxwrapper.backends.qnn._repair import convert_repairs, prepare_repairs
-
-    options = dict(backend_options or {})
-    option = convert_repairs(options.pop("repairs"))
-    source = (ModelSource(None, model.SerializeToString()) if isinstance(model, onnx.ModelProto)
-              else ModelSource.from_arg(model))
-    plan = prepare_repairs({"repairs": option, "strict": options.get("strict")}, source, source.load_proto())
-    if plan is None:
-        return compile_model(model, output_path, options, input_shapes, sess_options=sess_options,
-                             overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
-    if plan.repaired.precision:
-        options["precision"] = plan.repaired.precision
-    if not plan.cpu_nodes:
-        result = compile_model(plan.proto, output_path, options, input_shapes, sess_options=sess_options,
-                               overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
-        patches = tuple(plan.records) + tuple(result.patches)
-        return dataclasses.replace(result, patches=patches, partition=result.partition.with_patches(patches))
-    if dlc_dir is not None:
-        raise BackendOptionError("DLC export of a model split by a repair recipe's CPU subgraphs is not supported; "
-                                 "export without --dlc, or use a recipe without CPU subgraphs.", backend="qnn")
-    shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
-    proto = specialize(plan.proto, shapes) if shapes else plan.proto
-    if dynamic_inputs(proto):
-        raise BackendOptionError(f"Inputs {sorted(dynamic_inputs(proto))} have dynamic dims: pass their static shapes "
-                                 f"to compile a model split by a repair recipe.", backend="qnn")
-    start = time.perf_counter()
-    output_path = os.path.abspath(os.fspath(output_path))
-    folder, ctx_name = os.path.split(output_path)
-    stem = os.path.splitext(ctx_name)[0]
-    parts, types = _split(proto, plan.cpu_nodes)
-    results = {}
-    os.makedirs(folder, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".onnxwrapper-compile-") as tmp:
-        for part in parts:
-            if part.kind != "npu":
-                continue
-            try:
-                results[part.stage] = compile_model(part_model(proto, part, types),
-                                                    os.path.join(tmp, f"part{part.stage}_ctx.onnx"), options,
-                                                    sess_options=sess_options, overwrite=True)
-            except PartitionError:
-                continue
-        def bin_name(stage: int, n: int) -> str:
-            name = f"{stem}_qnn.bin" if n == 0 else f"{stem}_part{stage}_qnn.bin"
-            if os.path.exists(os.path.join(folder, name)) and not overwrite:
-                raise ArtifactError(f"{os.path.join(folder, name)} exists already; pass overwrite=True to replace it.",
-                                    path=os.path.join(folder, name))
-            return name
-
-        if os.path.exists(output_path) and not overwrite:
-            raise ArtifactError(f"{output_path} exists already; pass overwrite=True to replace it.", path=output_path)
-        bins = write_stitched(folder, ctx_name, proto, parts, {k: r.ctx_path for k, r in results.items()}, types,
-                              bin_name)
-    report = merge_reports(proto, parts, {k: r.partition for k, r in results.items()}, source="compile",
-                           note=f"repaired: {plan.describe()}").with_patches(plan.records)
-    first = next(iter(results.values()), None)
-    if first is None:
-        raise PartitionError("The QNN execution provider took no node of any part of the repaired model.",
-                             backend="qnn", cpu_nodes=report.cpu_nodes)
-    bin_paths = [os.path.join(folder, b) for b in bins]
-    return dataclasses.replace(first, ctx_path=output_path, bin_path=bin_paths[0] if bin_paths else None,
-                               ctx_bytes=os.path.getsize(output_path),
-                               bin_bytes=sum(os.path.getsize(p) for p in bin_paths), partition=report,
-                               seconds=time.perf_counter() - start, input_shapes=shapes or None,
-                               patches=tuple(plan.records), dlc_paths=(), dlc_seconds=0.0)

@@ -20,12 +20,11 @@ from onnx import helper as h
 
 from onnxwrapper.backends import _foreign_io as fio
 from onnxwrapper.backends._foreign_io import sanitize_qnn_name
-from onnxwrapper.backends.qnn._artifacts import RAW_BINARY_SUFFIXES
 from onnxwrapper.backends.qnn._binary import BinaryInfo, GraphInfo, read_binary_info
 from onnxwrapper.errors import ArtifactError
 from onnxwrapper.kernel import ArtifactCache, make_key
 
-__all__ = ["RAW_BINARY_SUFFIXES", "epcontext_model", "wrap_raw_binary"]
+__all__ = ["epcontext_model", "wrap_raw_binary"]
 
 _ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "bool_": 9,
                "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
