@@ -140,7 +140,7 @@ def test_qnn_warning_lines_follow_an_explicit_log_severity(model_path, env):
 def test_native_stdout_guard_keeps_other_output(tmp_path):
     code = """
     import os, sys
-    from onnxwrapper.backends.qnn._runtime import native_stdout_guard
+    from onnxwrapper.backends.qnn.platform._runtime import native_stdout_guard
     print("a", flush=True)
     with native_stdout_guard():
         os.write(1, b" # LIBNATIVE: noise\\nkept 1\\n")
