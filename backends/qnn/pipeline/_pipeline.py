@@ -116,6 +116,16 @@ class CacheStore:
         return FailureMemo(self.cache, lambda records: self.key(shapes, records, values))
 
     def build(self, model_input, records: list, shapes, note: str, values=None) -> tuple[Compiled, PartitionReport]:
+        """Compile ``model_input`` on the worker pool into its cache entry; a hit compiles nothing,
+        unless the entry's provenance record is not this session's (then it is rebuilt, with a WARNING).
+
+        Returns:
+            ``(Compiled, its PartitionReport)``.
+
+        Raises:
+            What the compile raises (:class:`~onnxwrapper.errors.BackendCompileError`, ORT's ``EPFail``,
+            ``PartitionError`` …).
+        """
         record = session_record(self.setup, self.model_hash, shapes, values)
 
         def build(directory: str):
@@ -145,9 +155,18 @@ class FolderStore:
         self.record = record
 
     def memo(self, shapes, values=None) -> None:
+        """No memo of failed patched compiles: a folder compile is not repeated by later sessions."""
         return None
 
     def build(self, model_input, records: list, shapes, note: str, values=None) -> tuple[Compiled, PartitionReport]:
+        """Compile ``model_input`` on the default worker pool into a fresh numbered sub-folder of ``folder``.
+
+        Returns:
+            ``(Compiled, its PartitionReport)``; ``Compiled.key`` is ``None`` (not cached).
+
+        Raises:
+            What the compile raises (:class:`~onnxwrapper.errors.BackendCompileError`, ORT's ``EPFail`` …).
+        """
         directory = os.path.join(self.folder, str(len(os.listdir(self.folder))))
         os.mkdir(directory)
         request = compile_request(self.setup, self.proto, model_input, directory, record=self.record, shapes=shapes,
