@@ -48,7 +48,15 @@ _INTERNAL_PACKAGES = ("onnxwrapper", "aipc_loader", "wrapt")
 def user_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn``, called in the function that warns, that attributes
     the warning to the first calling frame outside onnxwrapper (and the ``aipc`` hot patch, wrapt):
-    the user's ``InferenceSession(...)`` or ``run(...)`` call, however deep the backend's code is."""
+    the user's ``InferenceSession(...)`` or ``run(...)`` call, however deep the backend's code is.
+
+    Why it walks the frames (``sys._getframe``): the depth between the user's call and a warning
+    varies (a compile at the first ``run`` of a new shape, the hot patch's wrapt wrappers around
+    the user's call), and only the frames know it. It reads module names to *attribute* a warning;
+    nothing behaves differently depending on the caller.
+    Python 3.12's ``warnings.warn(..., skip_file_prefixes=...)`` states this rule by the packages'
+    folders, without a walk of our own; it replaces this function once the minimum Python is 3.12
+    (it is 3.11)."""
     frame = sys._getframe(1)
     level = 1
     while frame is not None:
