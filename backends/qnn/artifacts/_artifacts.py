@@ -149,8 +149,8 @@ def resolve_raw_context_binary(source, settings) -> ResolvedArtifact | None:
     """A raw QNN context binary next to the model (:data:`RAW_BINARY_SUFFIXES`
     order; ``<stem>.bin`` skipped next to ``<stem>.cpp``; a file the model references as its
     external data — ``onnx.save(m, "m.onnx", save_as_external_data=True, location="m.bin")`` — is
-    never taken for a binary), wrapped as an EPContext model by :func:`~onnxwrapper.backends.qnn.binary._wrap.wrap_raw_binary`
-    (graph ``settings.graph`` when set), or ``None`` when there is none. Not in the default
+    never taken for a binary), wrapped as an EPContext model by
+    :func:`~onnxwrapper.backends.qnn.binary._wrap.wrap_raw_binary` (graph ``settings.graph`` when set), or ``None`` when there is none. Not in the default
     resolvers (a raw binary cannot be verified); opt in with ``register_artifact_resolver``. The
     user's folder is never written (the wrapper is cached in ``settings.cache_dir``, else the
     onnxwrapper cache).

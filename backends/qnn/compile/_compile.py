@@ -13,7 +13,7 @@ a QNN session created with the session configs ``ep.context_enable=1``,
 ``model_ctx.onnx`` (one ``EPContext`` node per QNN partition, plus any CPU nodes) and
 ``model_ctx_qnn.bin`` (a real QNN context binary, referenced by a relative path). Loading the
 ctx model takes milliseconds instead of a compile. ``session.record_ep_graph_assignment_info=1``
-on the generating session gives the per-node partition (:class:`~onnxwrapper.kernel.session._partition.PartitionReport`),
+on the generating session gives the per-node partition (:class:`~onnxwrapper.kernel.PartitionReport`),
 which is stored with the cache entry because a loaded ctx model only shows ``EPContext`` nodes.
 
 The generated ctx model gets the original model's metadata (producer, domain, doc strings,

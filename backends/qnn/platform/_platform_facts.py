@@ -2,8 +2,8 @@
 
 :func:`qnn_platform_facts` registers the QNN plugin EP (once per process) and reports its versions,
 every ``OrtEpDevice`` it lists, which one drives the HTP and why
-(:mod:`onnxwrapper.backends.qnn.platform._devices`), NPU or simulator, the SoC (:mod:`onnxwrapper.backends.qnn.platform._soc`:
-the device's on a real NPU; on the simulator what its QNN platform info reports and the target
+(:mod:`onnxwrapper.backends.qnn.platform._devices`), NPU or simulator, the SoC
+(:mod:`onnxwrapper.backends.qnn.platform._soc`: the device's on a real NPU; on the simulator what its QNN platform info reports and the target
 sessions emulate by default), FP16 support, and whether the HTP skel library for that
 architecture is where FastRPC will look (``ADSP_LIBRARY_PATH``; :mod:`onnxwrapper.backends._adsp_path`).
 Whether the skel really *loads* is proven only by running a graph on the NPU (the doctor's canaries).

@@ -1,8 +1,8 @@
 """The recovery ladder: what the QNN backend does when the HTP compiler fails on a graph or runs past
 its budget, instead of crashing the user's app.
 
-A compile of the model as given that fails recoverably (:func:`~onnxwrapper.backends.qnn.compile._compile_errors.recoverable`:
-QNN's graph errors such as ``QNN_COMMON_ERROR_MEM_ALLOC 1002`` when finalizing, a compile past its
+A compile of the model as given that fails recoverably
+(:func:`~onnxwrapper.backends.qnn.compile._compile_errors.recoverable`: QNN's graph errors such as ``QNN_COMMON_ERROR_MEM_ALLOC 1002`` when finalizing, a compile past its
 budget, a compiler dead of ``std::bad_alloc``) enters the ladder; each rung is tried in order and the
 first that compiles is used:
 
