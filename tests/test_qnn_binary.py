@@ -23,7 +23,7 @@ _SCRIPT = r"""
 import json, os, shutil, sys
 import numpy as np, onnx, onnxruntime as ort, onnxruntime_qnn as oq
 from tests import models
-from onnxwrapper.backends.qnn import _binary as qb
+from onnxwrapper.backends.qnn.binary import _binary as qb
 from onnxwrapper.backends.qnn.binary._wrap import wrap_raw_binary
 
 work, cache = sys.argv[1], sys.argv[2]

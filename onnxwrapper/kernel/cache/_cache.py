@@ -102,7 +102,7 @@ class ArtifactCache(CacheEviction):
     def __init__(self, root: str | os.PathLike | None = None, *, max_bytes: int | None = None,
                  lock_timeout: float = 3600.0) -> None:
         self.root = default_cache_dir(root)
-        check_root(self.root)  # owned by this user (or root), not writable by others: kernel/_cache_safety.py
+        check_root(self.root)  # owned by this user (or root), not writable by others: kernel/cache/_cache_safety.py
         if max_bytes is None:
             env = os.environ.get(ENV_CACHE_MAX_BYTES, "").strip()
             max_bytes = int(env) if env.isdigit() else DEFAULT_MAX_BYTES
