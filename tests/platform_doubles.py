@@ -58,7 +58,7 @@ def qnn_lists(monkeypatch, discovered, windows_soc_id: int = 0) -> list:
     the file by ``sys.platform``), and reset the QNN backend's process state; returns the QNN EP's devices."""
     import onnxruntime_qnn
 
-    from onnxwrapper.backends.qnn import _runtime
+    from onnxwrapper.backends.qnn.platform import _runtime
 
     folder = os.path.dirname(os.path.abspath(onnxruntime_qnn.__file__))
     library = next(os.path.join(folder, n) for n in sorted(os.listdir(folder))  # the installed wheel's EP library

@@ -15,7 +15,7 @@ import onnxruntime
 import pytest
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-from onnxwrapper.backends.qnn._runtime import ensure_registered
+from onnxwrapper.backends.qnn.platform._runtime import ensure_registered
 from onnxwrapper.kernel import PartialOffloadWarning
 from tests import models
 from tests.qnn_flavours import default_qnn_ep_options, set_providers_warning

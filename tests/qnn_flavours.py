@@ -24,7 +24,7 @@ import onnxwrapper
 def default_qnn_ep_options() -> dict:
     """The QNN EP options of an onnxwrapper qnn session without backend options, on this host."""
     from onnxwrapper.backends.qnn import QnnBackend
-    from onnxwrapper.backends.qnn._settings import resolve_settings
+    from onnxwrapper.backends.qnn.settings._settings import resolve_settings
 
     return dict(resolve_settings(QnnBackend().config, {}, real_npu=QnnBackend.probe().real_npu).ep_options)
 
@@ -41,7 +41,7 @@ class OrtQnn:
 
     @staticmethod
     def InferenceSession(model, sess_options=None, providers=None, provider_options=None, **kwargs):
-        from onnxwrapper.backends.qnn._runtime import ensure_registered
+        from onnxwrapper.backends.qnn.platform._runtime import ensure_registered
 
         so = sess_options if sess_options is not None else onnxruntime.SessionOptions()
         if not so.has_providers():

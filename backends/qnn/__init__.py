@@ -2,26 +2,26 @@
 
 What runs where: onnxruntime-qnn's plugin execution provider compiles the ONNX graph (or the parts
 it supports) into a QNN context binary for the HTP; unsupported nodes stay on ORT's CPU EP and are
-reported (:meth:`partition`, a :class:`~onnxwrapper.kernel._partition.PartialOffloadWarning`), or refused
+reported (:meth:`partition`, a :class:`~onnxwrapper.kernel.session._partition.PartialOffloadWarning`), or refused
 with ``strict=True``. On Windows on Snapdragon the HTP is the real NPU; on x86-64 Linux it is
 Qualcomm's HTP *simulator* (real QNN graphs, device numerics, not device speed).
 
 Session life cycle (:meth:`QnnBackend.open`):
 
-1. options → :class:`~onnxwrapper.backends.qnn._settings.QnnSettings` (default target on a host
+1. options → :class:`~onnxwrapper.backends.qnn.settings._settings.QnnSettings` (default target on a host
    without NPU: Snapdragon X Elite, ``soc_model=60``, so numerics emulate the device's FP16; always an
    explicit ``soc_model``, 30 for fp32, so nothing depends on the process's earlier QNN sessions);
-2. compiles run in worker processes (:mod:`onnxwrapper.backends.qnn._workers`): a compiler crash
+2. compiles run in worker processes (:mod:`onnxwrapper.backends.qnn.workers._workers`): a compiler crash
    is a :class:`~onnxwrapper.errors.BackendCompileError`, this process only loads compiled models;
 3. static models: a verified precompiled ``<stem>_ctx.onnx`` next to the model (its provenance
-   record names this model, see :mod:`onnxwrapper.backends.qnn._artifacts`) wins, else the compile
-   cache (:mod:`onnxwrapper.kernel._cache`) returns the EPContext model, compiling it once on a miss;
+   record names this model, see :mod:`onnxwrapper.backends.qnn.artifacts._artifacts`) wins, else the compile
+   cache (:mod:`onnxwrapper.kernel.cache._cache`) returns the EPContext model, compiling it once on a miss;
    models with dynamic dims or control inputs: a verified ``<stem>_ctx*.onnx`` for the feed's
-   signature, else compiled per signature at ``run`` (:mod:`onnxwrapper.backends.qnn._session`),
-   control flow folded first (:mod:`onnxwrapper.backends.qnn._specialize`); a raw QNN context binary
-   given as the model path (``*.bin``) is wrapped and run (:mod:`onnxwrapper.backends.qnn._binary`).
+   signature, else compiled per signature at ``run`` (:mod:`onnxwrapper.backends.qnn.session._session`),
+   control flow folded first (:mod:`onnxwrapper.backends.qnn.model._specialize`); a raw QNN context binary
+   given as the model path (``*.bin``) is wrapped and run (:mod:`onnxwrapper.backends.qnn.binary._binary`).
    Compiles apply operator patches to nodes QNN leaves on CPU unless ``patches=False``
-   (:mod:`onnxwrapper.backends.qnn._patching`).
+   (:mod:`onnxwrapper.backends.qnn.pipeline._patching`).
 
 :func:`compile_model` is the same compile as a public function (used by ``aipc compile``), with
 an optional DLC export (``dlc_dir``); :func:`precompile` fills the compile cache for many
@@ -41,12 +41,12 @@ from onnxwrapper.backends.qnn._backend import QnnBackend
 # compiled model is in the cache needs none of it, and importing it all (onnx, the operator patches,
 # the repair recipes, the compile-worker layer) costs a new process 60-140 ms (measured, x86-64).
 _LAZY = {
-    "ResolvedArtifact": "_artifacts",
-    "register_artifact_resolver": "_artifacts",
-    "BinaryInfo": "_binary",
-    "GraphInfo": "_binary",
-    "TensorInfo": "_binary",
-    "read_binary_info": "_binary",
+    "ResolvedArtifact": "artifacts",
+    "register_artifact_resolver": "artifacts",
+    "BinaryInfo": "binary",
+    "GraphInfo": "binary",
+    "TensorInfo": "binary",
+    "read_binary_info": "binary",
     "CompileResult": "_export",
     "compile_model": "_export",
     "QNN_OP_TYPES": "_op_support",
@@ -54,15 +54,15 @@ _LAZY = {
     "PrecompileResult": "_precompile",
     "default_jobs": "_precompile",
     "precompile": "_precompile",
-    "CompileRequest": "_workers",
-    "WorkerPool": "_workers",
-    "compile_many": "_workers",
-    "DeviceSoc": "_soc",
-    "HtpDevice": "_devices",
-    "SocTarget": "_targets",
-    "TARGETS": "_targets",
-    "choose_htp_device": "_devices",
-    "qnn_platform_facts": "_platform_facts",
+    "CompileRequest": "workers",
+    "WorkerPool": "workers",
+    "compile_many": "workers",
+    "DeviceSoc": "platform",
+    "HtpDevice": "platform",
+    "SocTarget": "platform",
+    "TARGETS": "platform",
+    "choose_htp_device": "platform",
+    "qnn_platform_facts": "platform",
 }
 
 __all__ = [

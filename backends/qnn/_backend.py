@@ -1,10 +1,10 @@
-"""The ``qnn`` backend class: its options (:mod:`onnxwrapper.backends.qnn._options`), its probe, and ``open``.
+"""The ``qnn`` backend class: its options (:mod:`onnxwrapper.backends.qnn.settings._options`), its probe, and ``open``.
 
 ``QnnBackend.open``: from a :class:`~onnxwrapper.backends.base.SessionRequest` to a backend session.
 A static model whose compiled EPContext model is in the compile cache is opened by
-:func:`~onnxwrapper.backends.qnn._cache_hit.open_cached` (no onnx import, no model parse);
+:func:`~onnxwrapper.backends.qnn.artifacts._cache_hit.open_cached` (no onnx import, no model parse);
 everything else — and any doubt there — by the full path,
-:func:`~onnxwrapper.backends.qnn._open.open_session` (its module docstring has the order of work).
+:func:`~onnxwrapper.backends.qnn.open._open.open_session` (its module docstring has the order of work).
 Both give the same session: the fast path only skips work a hit does not need.
 """
 
@@ -14,12 +14,10 @@ import os
 import threading
 
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, SessionRequest
-from onnxwrapper.backends.qnn._cache_hit import open_cached
-from onnxwrapper.backends.qnn._options import OPTIONS
-from onnxwrapper.backends.qnn._runtime import (INSTALL_HINT, ensure_registered, htp_device, htp_library_path,
-                                               is_x86_host, native_stdout_guard, qnn_versions)
-from onnxwrapper.backends.qnn._soc import detected_soc
-from onnxwrapper.backends.qnn._settings import request_ep_options
+from onnxwrapper.backends.qnn.artifacts import open_cached
+from onnxwrapper.backends.qnn.platform import (INSTALL_HINT, detected_soc, ensure_registered, htp_device,
+                                               htp_library_path, is_x86_host, native_stdout_guard, qnn_versions)
+from onnxwrapper.backends.qnn.settings import OPTIONS, request_ep_options
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import host_architecture
 
@@ -27,10 +25,10 @@ __all__ = ["QnnBackend", "open_session", "request_ep_options"]
 
 
 def open_session(config, request, availability):
-    """The full path of :meth:`QnnBackend.open` (:func:`onnxwrapper.backends.qnn._open.open_session`)."""
+    """The full path of :meth:`QnnBackend.open` (:func:`onnxwrapper.backends.qnn.open._open.open_session`)."""
     # imported here: the full path imports onnx, the operator patches, the repair recipes and the
     # compile-worker layer (60-140 ms in a new process, measured); a cache hit needs none of them
-    from onnxwrapper.backends.qnn._open import open_session as full
+    from onnxwrapper.backends.qnn.open import open_session as full
 
     return full(config, request, availability)
 
@@ -61,10 +59,10 @@ class QnnBackend(Backend):
         In an x86-64 process the HTP is the simulator (``simulated=True``, ``real_npu=False``; the
         reason names the fix when the OS is ARM64: an emulated x64 Python). Elsewhere the plugin is
         registered and the device that drives the HTP chosen
-        (:func:`~onnxwrapper.backends.qnn._devices.choose_htp_device`: the NPU device in any
+        (:func:`~onnxwrapper.backends.qnn.platform._devices.choose_htp_device`: the NPU device in any
         position of the list; on Linux aarch64, where ORT lists none, the CPU device when a
         FastRPC compute DSP is there); its SoC is read from QNN or the OS
-        (:func:`~onnxwrapper.backends.qnn._soc.detected_soc`) into ``details``.
+        (:func:`~onnxwrapper.backends.qnn.platform._soc.detected_soc`) into ``details``.
         """
         with cls._probe_lock:
             if cls._probe_result is None:
@@ -115,7 +113,7 @@ class QnnBackend(Backend):
     def open(self, request: SessionRequest) -> BackendSession:
         """Prepare a QNN session: settings, artifact (verified precompiled / cached / compiled in a worker).
 
-        A cache hit of a static model is opened by :func:`~onnxwrapper.backends.qnn._cache_hit.open_cached`
+        A cache hit of a static model is opened by :func:`~onnxwrapper.backends.qnn.artifacts._cache_hit.open_cached`
         (no onnx import, no parse of the model); everything else by :func:`open_session`.
 
         Raises:

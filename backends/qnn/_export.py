@@ -1,10 +1,10 @@
 """``compile_model``: the QNN compile of a session, as a public function writing files (``aipc compile``).
 
-It runs the same pipeline as a session (:mod:`onnxwrapper.backends.qnn._pipeline`: settings,
+It runs the same pipeline as a session (:mod:`onnxwrapper.backends.qnn.pipeline._pipeline`: settings,
 specialization, compile, operator patches, ``strict``), into a temporary folder next to the
 output, then moves the EPContext model and its context binary into place; optionally it exports
-one DLC per QNN partition (:func:`~onnxwrapper.backends.qnn._compile.dump_dlc`). Both run in a
-compile worker process (:mod:`onnxwrapper.backends.qnn._workers`).
+one DLC per QNN partition (:func:`~onnxwrapper.backends.qnn.compile._compile.dump_dlc`). Both run in a
+compile worker process (:mod:`onnxwrapper.backends.qnn.workers._workers`).
 """
 
 from __future__ import annotations
@@ -20,15 +20,13 @@ from typing import Any, Mapping
 import onnx
 
 from onnxwrapper.backends.qnn._backend import QnnBackend
-from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
-from onnxwrapper.backends.qnn._pipeline import EpContextFromOnnx, FolderStore, compile_request
-from onnxwrapper.backends.qnn._provenance import make_record
-from onnxwrapper.backends.qnn._runtime import qnn_versions, user_qnn_ep_options
-from onnxwrapper.backends.qnn._session import check_partition
-from onnxwrapper.backends.qnn._settings import qnn_setup
-from onnxwrapper.backends.qnn._stitch import compile_repaired
-from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, control_value, specialize_for_qnn
-from onnxwrapper.backends.qnn._workers import default_pool
+from onnxwrapper.backends.qnn.compile import make_record
+from onnxwrapper.backends.qnn.model import Signature, check_feed_cost, control_inputs, control_value, specialize_for_qnn
+from onnxwrapper.backends.qnn.pipeline import EpContextFromOnnx, FolderStore, compile_repaired, compile_request
+from onnxwrapper.backends.qnn.platform import qnn_versions, user_qnn_ep_options
+from onnxwrapper.backends.qnn.session import check_partition
+from onnxwrapper.backends.qnn.settings import qnn_setup
+from onnxwrapper.backends.qnn.workers import default_pool
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, input_dims, replace_files
 
@@ -44,7 +42,7 @@ class CompileResult:
     Attributes:
         ctx_path: the EPContext ONNX model. bin_path: its QNN context binary (``None`` if embedded).
         ctx_bytes / bin_bytes: file sizes in bytes. partition: per-node EP assignment
-            (:class:`~onnxwrapper.kernel._partition.PartitionReport`, of the patched model when patched).
+            (:class:`~onnxwrapper.kernel.session._partition.PartitionReport`, of the patched model when patched).
         seconds: compile wall time (s; the patched recompile included). ep_options: QNN EP options used.
         input_shapes: specialization shapes (``None`` for static models).
         versions: onnxruntime / onnxruntime_qnn / QNN SDK versions.
@@ -80,10 +78,10 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
 
     The same compile as a session's, in a compile worker process: with the ``patches`` option on
     (default), nodes the QNN EP leaves on CPU that a registered patch can rewrite are patched and the
-    model recompiled (see :mod:`onnxwrapper.backends.qnn._patching`); ``strict`` is judged after
+    model recompiled (see :mod:`onnxwrapper.backends.qnn.pipeline._patching`); ``strict`` is judged after
     patching; ``If`` nodes decided by the shapes and ``input_values`` are folded first
-    (:mod:`onnxwrapper.backends.qnn._specialize`). The ctx model carries a provenance record
-    (:mod:`onnxwrapper.backends.qnn._provenance`): sessions of the source model use it from next to
+    (:mod:`onnxwrapper.backends.qnn.model._specialize`). The ctx model carries a provenance record
+    (:mod:`onnxwrapper.backends.qnn.compile._provenance`): sessions of the source model use it from next to
     the model only while the model, the QNN options and the shapes are the ones recorded.
 
     Args:
@@ -101,7 +99,7 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         dlc_dir: folder to write one DLC per QNN partition of the compiled (patched) model into,
             through QNN's IR backend (QNN EP options ``dump_qnn_ir_dlc``, ``dump_qnn_ir_dlc_dir``,
             ``qnn_ir_backend_path`` = onnxruntime-qnn's libQnnIr; a second session, see
-            :func:`onnxwrapper.backends.qnn._compile.dump_dlc`). Default ``None``: no DLC.
+            :func:`onnxwrapper.backends.qnn.compile._compile.dump_dlc`). Default ``None``: no DLC.
         input_values: ``{input name: value}`` for the model's control inputs (rank-0 int/bool inputs
             that decide an ``If``, e.g. silero-vad's ``sr``; required for them).
         source_model: the model file the artifact stands for, when ``model`` is a rewritten copy of

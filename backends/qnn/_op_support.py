@@ -13,7 +13,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from onnxwrapper.backends.qnn._runtime import EP_NAME
+from onnxwrapper.backends.qnn.platform import EP_NAME
 from onnxwrapper.kernel import NodeAssignment, PartitionReport
 
 __all__ = ["QNN_OP_TYPES", "predicted_no_node", "qnn_rejection_reason"]

@@ -2,7 +2,7 @@
 
 What a session compiles on a cache miss — one specialization per signature (shapes of the dynamic
 inputs, values of the control inputs) — compiled ahead of time, ``jobs`` at a time on a
-:class:`~onnxwrapper.backends.qnn._workers.WorkerPool` of its own, into the cache sessions read
+:class:`~onnxwrapper.backends.qnn.workers._workers.WorkerPool` of its own, into the cache sessions read
 (``cache_dir`` option, ``$ONNXWRAPPER_CACHE_DIR`` or the platform cache). Later sessions of the
 model with the same options then hit the cache for those signatures: no compile at ``run``. Same
 pipeline as a session's (feed bounds, control-flow folding, patches, provenance records), same keys.
@@ -16,17 +16,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
-from onnxwrapper.backends.qnn._cache_hit import model_label
-from onnxwrapper.backends.qnn._feed_limits import check_feed_cost
-from onnxwrapper.backends.qnn._pipeline import CacheStore, EpContextFromOnnx, model_key
-from onnxwrapper.backends.qnn._settings import qnn_setup
-from onnxwrapper.backends.qnn._specialize import Signature, control_inputs, signature_of, specialize_for_qnn
-from onnxwrapper.backends.qnn._workers import WorkerPool
 from onnxwrapper.backends.base import SessionRequest
+from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
+from onnxwrapper.backends.qnn.artifacts import model_label
+from onnxwrapper.backends.qnn.model import (Signature, check_feed_cost, control_inputs, model_key, signature_of,
+                                            specialize_for_qnn)
+from onnxwrapper.backends.qnn.pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn.settings import qnn_setup
+from onnxwrapper.backends.qnn.workers import WorkerPool
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
-from onnxwrapper.kernel import (ModelSource, available_memory, cpu_count, dynamic_inputs, fix_free_dimensions,
-                                input_dims)
+from onnxwrapper.kernel import ModelSource, available_memory, cpu_count, dynamic_inputs, fix_free_dimensions, input_dims
 
 __all__ = ["PrecompileResult", "default_jobs", "precompile", "WORKER_BASE_MIB", "MAX_DEFAULT_JOBS"]
 

@@ -44,30 +44,23 @@ Importing it imports onnxruntime, onnx and numpy, nothing else; no I/O.
 
 from __future__ import annotations
 
-from onnxwrapper.kernel._cache import (ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION, ArtifactCache, CacheEntry,
-                                       default_cache_dir, make_key)
-from onnxwrapper.kernel._cache_entry import prune_records
-from onnxwrapper.kernel._control_flow import control_scalars, has_control_flow
-from onnxwrapper.kernel._feeds import (check_input, check_output_names, feed_signature, numpy_to_ort_type,
-                                       ort_type_to_numpy, validate_feed, validate_ort_values)
-from onnxwrapper.kernel._metadata import ModelMetadataInfo, NodeArgInfo, modelmeta_from_onnx, node_args_from_onnx
-from onnxwrapper.kernel._if_folding import bind_inputs, fold_ifs
-from onnxwrapper.kernel._model_source import ModelSource
-from onnxwrapper.kernel._digest_hints import record_digest, recorded_digest
-from onnxwrapper.kernel._session_options import (RECORDED_METHODS, RecordingSessionOptions, fix_free_dimensions,
-                                                 free_dimension_overrides, record_call, recorded_calls, recorded_key,
-                                                 replay_calls, supplied_external_data)
-from onnxwrapper.kernel._ort_answers import assignment_not_enabled_error, check_providers
-from onnxwrapper.kernel._partition import (NodeAssignment, PartialOffloadWarning, PartitionReport, known_reason,
-                                           user_stacklevel)
-from onnxwrapper.kernel._nonfinite import NonFiniteInputCheck, NonFiniteInputWarning, first_nonfinite
-from onnxwrapper.kernel._files_in_use import remove_tree, replace_files
-from onnxwrapper.kernel._host import available_memory, cpu_count
-from onnxwrapper.kernel._process_tree import crash_name, kill_process_tree, new_session_kwargs
-from onnxwrapper.kernel._host_arch import HostArchitecture, host_architecture, normalize_arch
-from onnxwrapper.kernel._run_plans import RunPlans, call_key, plannable, screened_plan
-from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from onnxwrapper.kernel._version import __version__
+from onnxwrapper.kernel.cache import (ArtifactCache, CacheEntry, ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION,
+                                      default_cache_dir, make_key, prune_records, remove_tree, replace_files)
+from onnxwrapper.kernel.host import (HostArchitecture, available_memory, cpu_count, crash_name, host_architecture,
+                                     kill_process_tree, new_session_kwargs, normalize_arch)
+from onnxwrapper.kernel.model import (ModelMetadataInfo, ModelSource, NodeArgInfo, bind_inputs, control_scalars,
+                                      dynamic_inputs, fold_ifs, has_control_flow, input_dims, is_static,
+                                      modelmeta_from_onnx, node_args_from_onnx, record_digest, recorded_digest,
+                                      shapes_note, specialize)
+from onnxwrapper.kernel.session import (NodeAssignment, NonFiniteInputCheck, NonFiniteInputWarning,
+                                        PartialOffloadWarning, PartitionReport, RECORDED_METHODS,
+                                        RecordingSessionOptions, RunPlans, assignment_not_enabled_error, call_key,
+                                        check_input, check_output_names, check_providers, feed_signature,
+                                        first_nonfinite, fix_free_dimensions, free_dimension_overrides, known_reason,
+                                        numpy_to_ort_type, ort_type_to_numpy, plannable, record_call, recorded_calls,
+                                        recorded_key, replay_calls, screened_plan, supplied_external_data,
+                                        user_stacklevel, validate_feed, validate_ort_values)
 
 __all__ = [
     "ArtifactCache",

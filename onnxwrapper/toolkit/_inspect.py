@@ -9,10 +9,10 @@ CPU nodes can be patched, a second probe runs the QNN backend with its automatic
 
 :func:`inspect_binary` / :func:`format_binary` are ``aipc inspect MODEL.bin``: the graphs of a QNN
 context binary with their input/output tensors (QNN names, shapes, data types, scale/offset of
-quantized tensors), read with the QNN System library (``backends/qnn/_binary.py``).
+quantized tensors), read with the QNN System library (``backends/qnn/binary/_binary.py``).
 
 Static shapes: :func:`make_static` applies ``--shape NAME=d0,d1,…`` (via
-:func:`onnxwrapper.kernel._shapes.specialize`, i.e. ``onnxruntime.tools.onnx_model_utils``) and named
+:func:`onnxwrapper.kernel.model._shapes.specialize`, i.e. ``onnxruntime.tools.onnx_model_utils``) and named
 free-dimension overrides ``--dim NAME=VALUE`` (``make_dim_param_fixed``), then re-runs onnx shape
 inference. Nothing here writes next to the user's model.
 """
@@ -89,7 +89,7 @@ def make_static(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]] | No
 
     Raises:
         ValueError: a dim name the model does not use (the message lists the names it uses).
-        onnxruntime ``InvalidArgument``: from :func:`onnxwrapper.kernel._shapes.specialize` (unknown input,
+        onnxruntime ``InvalidArgument``: from :func:`onnxwrapper.kernel.model._shapes.specialize` (unknown input,
             rank mismatch, contradiction with a fixed dim).
     """
     out = onnx.ModelProto()

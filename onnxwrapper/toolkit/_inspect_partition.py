@@ -238,7 +238,7 @@ def probe_partition(model: onnx.ModelProto, backend_options: Mapping[str, Any] |
 
     Returns:
         ``(partition dict or None, {node name: QNN EP reason}, error text)``; the partition is
-        :meth:`onnxwrapper.kernel._partition.PartitionReport.to_dict` output, or ``None`` with the
+        :meth:`onnxwrapper.kernel.session._partition.PartitionReport.to_dict` output, or ``None`` with the
         error (e.g. the QNN EP took no node: then every node is on CPU).
 
     Raises:

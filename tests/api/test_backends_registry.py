@@ -11,14 +11,13 @@ import pytest
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
 import onnxwrapper
-from onnxwrapper.kernel._metadata import modelmeta_from_onnx, node_args_from_onnx
-from onnxwrapper.kernel._model_source import ModelSource
 from onnxwrapper._registry import BackendRegistry, default_registry
 from onnxwrapper._selection import select_backend
-from onnxwrapper.backends.base import (Availability, Backend, ForeignBackendSession, OptionSpec,
-                                       OrtBackendSession)
+from onnxwrapper.backends.base import Availability, Backend, ForeignBackendSession, OptionSpec, OrtBackendSession
 from onnxwrapper.errors import (BackendCapabilityError, BackendNotFoundError, BackendOptionError,
                                 BackendUnavailableError, BackendValidationError)
+from onnxwrapper.kernel.model._metadata import modelmeta_from_onnx, node_args_from_onnx
+from onnxwrapper.kernel.model._model_source import ModelSource
 from tests import models
 
 X = np.array([[1, 2], [3, 4], [5, 6]], dtype=np.float32)

@@ -1,4 +1,4 @@
-"""``onnxwrapper.kernel._feeds.validate_feed`` raises exactly what onnxruntime raises (class and message).
+"""``onnxwrapper.kernel.session._feeds.validate_feed`` raises exactly what onnxruntime raises (class and message).
 
 Foreign backends (qai_appbuilder, SNPE) and QNN shape specialization validate feeds with it
 before any native call, so each case is compared against a real onnxruntime session.
@@ -12,7 +12,7 @@ import onnxruntime
 import pytest
 from onnx import TensorProto as T
 
-from onnxwrapper.kernel._feeds import feed_signature, numpy_to_ort_type, ort_type_to_numpy, validate_feed
+from onnxwrapper.kernel.session._feeds import feed_signature, numpy_to_ort_type, ort_type_to_numpy, validate_feed
 from tests import models
 
 

@@ -1,4 +1,4 @@
-"""onnxwrapper.kernel._cache: atomic entries, integrity checks, LRU bound, one builder across processes."""
+"""onnxwrapper.kernel.cache._cache: atomic entries, integrity checks, LRU bound, one builder across processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from onnxwrapper.kernel._cache import ENV_CACHE_DIR, ArtifactCache, default_cache_dir, make_key
+from onnxwrapper.kernel.cache._cache import ArtifactCache, ENV_CACHE_DIR, default_cache_dir, make_key
 from tests.cache_damage import KINDS, damage_entry
 
 
@@ -166,7 +166,7 @@ def test_lru_eviction_keeps_recent_entries(tmp_path):
 
 _CONCURRENT = """
 import os, sys, time
-from onnxwrapper.kernel._cache import ArtifactCache
+from onnxwrapper.kernel.cache._cache import ArtifactCache
 root, key, marker = sys.argv[1], sys.argv[2], sys.argv[3]
 def build(directory):
     with open(marker, "a") as f:

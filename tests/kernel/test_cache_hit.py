@@ -17,9 +17,9 @@ import onnx
 import pytest
 
 import onnxwrapper
-from onnxwrapper.kernel import _model_source
-from onnxwrapper.kernel._cache import ArtifactCache, make_key
-from onnxwrapper.kernel._model_source import ModelSource
+from onnxwrapper.kernel.cache._cache import ArtifactCache, make_key
+from onnxwrapper.kernel.model import _model_source
+from onnxwrapper.kernel.model._model_source import ModelSource
 from tests import models
 from tests.cache_damage import KINDS, damage_entry
 from tests.conftest import qnn_available
@@ -117,7 +117,7 @@ def _opened(path: str, cache: str):
     """(fast-path session or None, full-path session) of one request, without the façade."""
     from onnxwrapper.backends.base import SessionRequest
     from onnxwrapper.backends.qnn._backend import open_session
-    from onnxwrapper.backends.qnn._cache_hit import open_cached
+    from onnxwrapper.backends.qnn.artifacts._cache_hit import open_cached
     from onnxwrapper.backends.qnn import QnnBackend
 
     backend = QnnBackend({"cache_dir": cache})

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from onnxwrapper.kernel import ModelSource, record_digest, recorded_digest
-from onnxwrapper.kernel import _model_source
+from onnxwrapper.kernel.model import _model_source
 from tests import models
 
 
@@ -114,7 +114,7 @@ def test_a_hint_whose_crc32_differs_is_not_used(tmp_path, settled):
 
 
 def test_recording_an_unchanged_hint_again_reads_nothing(tmp_path, settled, monkeypatch):
-    from onnxwrapper.kernel import _digest_hints
+    from onnxwrapper.kernel.model import _digest_hints
 
     path = _model(tmp_path)
     root = str(tmp_path / "cache")
@@ -127,7 +127,7 @@ def test_recording_an_unchanged_hint_again_reads_nothing(tmp_path, settled, monk
 
 
 def test_the_hints_folder_keeps_the_newest_hints_and_drops_dead_writers_files(tmp_path, settled, monkeypatch):
-    from onnxwrapper.kernel import _digest_hints
+    from onnxwrapper.kernel.model import _digest_hints
 
     monkeypatch.setattr(_digest_hints, "MAX_HINTS", 3)
     root = str(tmp_path / "cache")

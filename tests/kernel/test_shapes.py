@@ -1,4 +1,4 @@
-"""onnxwrapper.kernel._shapes: in-memory static specialization of dynamic / partially fixed models."""
+"""onnxwrapper.kernel.model._shapes: in-memory static specialization of dynamic / partially fixed models."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
-from onnxwrapper.kernel._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
+from onnxwrapper.kernel.model._shapes import dynamic_inputs, input_dims, is_static, shapes_note, specialize
 from tests import models
 
 

@@ -125,7 +125,7 @@ def test_unnamed_node_is_patched_with_derived_names():
 
 
 def test_patch_offloaded_maps_partition_names():
-    from onnxwrapper.kernel._partition import NodeAssignment
+    from onnxwrapper.kernel.session._partition import NodeAssignment
 
     from onnxwrapper.patches import patch_offloaded
 

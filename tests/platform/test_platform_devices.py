@@ -15,7 +15,7 @@ import onnxruntime
 import pytest
 
 from onnxwrapper.backends.qnn import QnnBackend
-from onnxwrapper.backends.qnn._runtime import ensure_registered, is_x86_host
+from onnxwrapper.backends.qnn.platform._runtime import ensure_registered, is_x86_host
 from tests.fakes import ep_devices
 from tests.platform_doubles import AMD64, ARM64, emulate_linux, emulate_windows, qnn_lists
 

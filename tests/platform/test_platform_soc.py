@@ -20,11 +20,11 @@ import types
 import numpy as np
 import pytest
 
-from onnxwrapper.backends.qnn._feed_limits import check_feed_rows
-from onnxwrapper.backends.qnn._precision_check import check_fp16_support
-from onnxwrapper.backends.qnn._settings import resolve_settings
-from onnxwrapper.backends.qnn._soc import DeviceSoc, host_soc, read_platform_info
-from onnxwrapper.backends.qnn._targets import TARGETS, validate_ep_options
+from onnxwrapper.backends.qnn.model._feed_limits import check_feed_rows
+from onnxwrapper.backends.qnn.platform._precision_check import check_fp16_support
+from onnxwrapper.backends.qnn.platform._soc import DeviceSoc, host_soc, read_platform_info
+from onnxwrapper.backends.qnn.platform._targets import TARGETS, validate_ep_options
+from onnxwrapper.backends.qnn.settings._settings import resolve_settings
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, PrecisionUnsupportedError
 from tests import models
 from tests.conftest import qnn_available, run_python

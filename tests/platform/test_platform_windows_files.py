@@ -18,7 +18,7 @@ import os
 import filelock
 import pytest
 
-from onnxwrapper.kernel._cache import ArtifactCache, make_key
+from onnxwrapper.kernel.cache._cache import ArtifactCache, make_key
 from tests.conftest import qnn_available
 from tests.fakes.windows_files import WindowsFileSemantics
 

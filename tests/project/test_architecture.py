@@ -22,6 +22,10 @@ PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "on
             "onnxwrapper.errors", "onnxwrapper.backends", "onnxwrapper.backends.base", "onnxwrapper.backends.qnn",
             "onnxwrapper.backends.qai", "onnxwrapper.backends.snpe", "onnxwrapper.backends.cpu",
             "onnxwrapper.backends.aihub", "aipc_loader", "aipc", "aipc.args", "aipc.commands"]
+PACKAGES += [f"onnxwrapper.kernel.{name}" for name in ("cache", "host", "model", "session")]
+PACKAGES += [f"onnxwrapper.backends.qnn.{name}" for name in ("artifacts", "binary", "compile", "model", "open",
+                                                             "pipeline", "platform", "recovery", "session", "settings",
+                                                             "workers")]
 
 
 def _installed_layout(target: Path) -> Path:

@@ -23,8 +23,8 @@ _SCRIPT = r"""
 import json, os, shutil, sys
 import numpy as np, onnx, onnxruntime as ort, onnxruntime_qnn as oq
 from tests import models
-from onnxwrapper.backends.qnn import _binary as qb
-from onnxwrapper.backends.qnn._wrap import wrap_raw_binary
+from onnxwrapper.backends.qnn.binary import _binary as qb
+from onnxwrapper.backends.qnn.binary._wrap import wrap_raw_binary
 
 work, cache = sys.argv[1], sys.argv[2]
 os.chdir(work)
@@ -52,7 +52,7 @@ shutil.copy("conv_ctx_qnn.bin", "user/model.htp.bin")
 x = np.random.default_rng(0).random((1, 3, 8, 8), dtype=np.float32)
 via_epcontext = ort.InferenceSession("conv_ctx.onnx", options()).run(None, {"X": x})[0]
 import onnxwrapper as ow
-from onnxwrapper.backends.qnn._artifacts import register_artifact_resolver, resolve_raw_context_binary
+from onnxwrapper.backends.qnn.artifacts._artifacts import register_artifact_resolver, resolve_raw_context_binary
 undo = register_artifact_resolver(resolve_raw_context_binary)
 try:
     sess = ow.InferenceSession("user/model.onnx", backend="qnn", backend_options={"cache_dir": cache})
@@ -104,7 +104,7 @@ def test_raw_binaries_through_libqnnsystem_and_the_qnn_ep(tmp_path):
 
 
 def test_unreadable_binary_is_an_artifact_error(tmp_path):
-    from onnxwrapper.backends.qnn import _binary as qb
+    from onnxwrapper.backends.qnn.binary import _binary as qb
     from onnxwrapper.errors import ArtifactError
 
     bad = tmp_path / "model.bin"
@@ -199,8 +199,8 @@ def test_two_graph_binary_runs_each_graph_by_name(tmp_path, _cache):
     import warnings
 
     import onnxwrapper
-    from onnxwrapper.kernel._partition import PartialOffloadWarning
-    from onnxwrapper.backends.qnn import _binary as qb
+    from onnxwrapper.kernel.session._partition import PartialOffloadWarning
+    from onnxwrapper.backends.qnn.binary import _binary as qb
     from onnxwrapper.backends.qnn import compile_model
     from onnxwrapper.errors import ArtifactError
     from tests import models

@@ -12,10 +12,10 @@ import onnxruntime
 import pytest
 
 import onnxwrapper
-from onnxwrapper.kernel._partition import PartialOffloadWarning
-from onnxwrapper.backends.qnn._artifacts import ResolvedArtifact, register_artifact_resolver
 from onnxwrapper.backends.qnn import CompileResult, compile_model
+from onnxwrapper.backends.qnn.artifacts._artifacts import ResolvedArtifact, register_artifact_resolver
 from onnxwrapper.errors import ArtifactError, BackendOptionError
+from onnxwrapper.kernel.session._partition import PartialOffloadWarning
 from tests import models
 from tests.conftest import qnn_available
 
@@ -103,7 +103,7 @@ def test_an_epcontext_model_can_be_opened_directly(tmp_path, _cache):
 def test_epcontext_without_provenance_is_ignored_with_a_warning(tmp_path, caplog):
     """An EPContext written by plain ORT next to the model has no record of its source: it is not used
     (a warning says why), the model is compiled, and the answer is the model's."""
-    from onnxwrapper.backends.qnn._runtime import ensure_registered
+    from onnxwrapper.backends.qnn.platform._runtime import ensure_registered
 
     model = _write(tmp_path, "raw.onnx", models.smallconv(batch=1))
     so = onnxruntime.SessionOptions()
@@ -182,7 +182,7 @@ def test_artifact_resolver_extension_point(tmp_path):
 def test_dynamic_model_uses_a_precompiled_specialization_next_to_it(tmp_path, _cache):
     """``aipc compile dyn.onnx --shape X=2,3,8,8 -o dyn_ctx_b2.onnx`` next to the model: a run with
     that feed shape loads it; other shapes are compiled as before."""
-    from onnxwrapper.backends.qnn._artifacts import register_artifact_resolver
+    from onnxwrapper.backends.qnn.artifacts._artifacts import register_artifact_resolver
 
     model = _write(tmp_path, "dyn.onnx", models.smallconv(batch="N"))
     compile_model(model, tmp_path / "dyn_ctx_b2.onnx", input_shapes={"X": (2, 3, 8, 8)})
@@ -209,7 +209,7 @@ def test_dynamic_model_uses_a_precompiled_specialization_next_to_it(tmp_path, _c
 
 
 def test_compile_model_writes_dlcs(tmp_path):
-    from onnxwrapper.backends.qnn._settings import resolve_settings
+    from onnxwrapper.backends.qnn.settings._settings import resolve_settings
 
     model = _write(tmp_path, "conv.onnx", models.smallconv(batch=1))
     dlc_dir = tmp_path / "out" / "conv_dlc"

@@ -11,7 +11,7 @@ import pytest
 
 import onnxwrapper
 from onnxwrapper.kernel import bind_inputs, control_scalars, fold_ifs, specialize
-from onnxwrapper.kernel._control_flow import value_taint
+from onnxwrapper.kernel.model._control_flow import value_taint
 from tests import cf_models
 from tests.conftest import qnn_available
 

@@ -278,7 +278,7 @@ def test_only_the_two_qnn_warning_lines_are_dropped_from_stderr():
 
     code = """
     import os, sys
-    from onnxwrapper.backends.qnn._user_session import quiet_qnn_warnings
+    from onnxwrapper.backends.qnn.session._user_session import quiet_qnn_warnings
     print("a", file=sys.stderr, flush=True)
     with quiet_qnn_warnings():
         os.write(2, b"W: File mapped weights feature is only available on Windows arm64\\nkept 1\\n")

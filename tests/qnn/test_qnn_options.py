@@ -11,9 +11,9 @@ import sys
 import pytest
 
 import onnxwrapper
-from onnxwrapper.backends.qnn._settings import resolve_settings
-from onnxwrapper.backends.qnn._targets import TARGETS, find_target, validate_ep_options
 from onnxwrapper.backends.qnn import QnnBackend
+from onnxwrapper.backends.qnn.platform._targets import TARGETS, find_target, validate_ep_options
+from onnxwrapper.backends.qnn.settings._settings import resolve_settings
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
 from tests import models
 from tests.conftest import qnn_available
@@ -151,7 +151,7 @@ def test_unavailable_when_onnxruntime_qnn_cannot_be_imported(monkeypatch, tmp_pa
 
 @needs_qnn
 def test_probe_reports_simulator_on_x86():
-    from onnxwrapper.backends.qnn._runtime import is_x86_host
+    from onnxwrapper.backends.qnn.platform._runtime import is_x86_host
 
     availability = QnnBackend.probe()
     assert availability.available

@@ -21,8 +21,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 import onnxwrapper
-from onnxwrapper.kernel._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
 from onnxwrapper.errors import BackendOptionError, PartitionError
+from onnxwrapper.kernel.session._partition import NodeAssignment, PartialOffloadWarning, PartitionReport
 from tests.conftest import qnn_available, run_python
 from tests.models import IR_VERSION
 

@@ -140,7 +140,7 @@ def test_qnn_warning_lines_follow_an_explicit_log_severity(model_path, env):
 def test_native_stdout_guard_keeps_other_output(tmp_path):
     code = """
     import os, sys
-    from onnxwrapper.backends.qnn._runtime import native_stdout_guard
+    from onnxwrapper.backends.qnn.platform._runtime import native_stdout_guard
     print("a", flush=True)
     with native_stdout_guard():
         os.write(1, b" # LIBNATIVE: noise\\nkept 1\\n")
@@ -174,7 +174,7 @@ def test_one_compile_under_four_concurrent_processes(env):
 _NO_NODE = """
 import sys, warnings
 import onnxwrapper
-from onnxwrapper.backends.qnn import _settings as _qnn_settings
+from onnxwrapper.backends.qnn.settings import _settings as _qnn_settings
 from onnxwrapper.errors import PartitionError
 # let an option through that the validation rejects: the QNN EP then silently takes no node
 _qnn_settings.validate_ep_options = lambda options, **kw: {str(k): str(v) for k, v in options.items()}
@@ -202,7 +202,7 @@ def test_ep_creation_failure_raises(model_path, env):
     code = """
     import sys
     import onnxwrapper
-    from onnxwrapper.backends.qnn import _settings as _qnn_settings
+    from onnxwrapper.backends.qnn.settings import _settings as _qnn_settings
     from onnxwrapper.errors import BackendUnavailableError
     _qnn_settings.validate_ep_options = lambda options, **kw: {str(k): str(v) for k, v in options.items()}
     try:

@@ -95,7 +95,7 @@ class _BatchFailingPool:
 
 @pytest.fixture
 def batch_failing(monkeypatch):
-    from onnxwrapper.backends.qnn import _pipeline
+    from onnxwrapper.backends.qnn.pipeline import _pipeline
 
     pool = _BatchFailingPool(_pipeline.default_pool())
     monkeypatch.setattr(_pipeline, "default_pool", lambda: pool)
@@ -148,7 +148,7 @@ def test_a_compile_past_its_budget_is_stopped_and_ends_on_the_cpu_or_typed_under
 
 
 def test_progress_lines_name_the_rung_and_the_elapsed_time(monkeypatch, caplog):
-    from onnxwrapper.backends.qnn import _budget
+    from onnxwrapper.backends.qnn.compile import _budget
 
     monkeypatch.setattr(_budget, "PROGRESS_AFTER_S", 0.0)
     watch = _budget.CompileWatch(None, "m.onnx [x=3x1x7500]", "graph split", 60.0, None)
@@ -167,8 +167,8 @@ def test_a_proven_per_sample_model_gives_the_same_answer_in_chunks_on_the_cpu(na
     onnxruntime's answer for the whole batch, for each model the proof accepts."""
     from onnxruntime.tools.onnx_model_utils import make_input_shape_fixed
 
-    from onnxwrapper.backends.qnn._batch_proof import BatchPlan, batch_plan
-    from onnxwrapper.backends.qnn._batch_split import BatchSplitRunner, rebatch
+    from onnxwrapper.backends.qnn.recovery._batch_proof import BatchPlan, batch_plan
+    from onnxwrapper.backends.qnn.recovery._batch_split import BatchSplitRunner, rebatch
 
     data = rm.unet1d(length=250, chans=(8, 16)) if name == "unet1d" else rm.PER_SAMPLE[name]
     model = onnx.load_from_string(data)
@@ -193,7 +193,7 @@ def test_a_proven_per_sample_model_gives_the_same_answer_in_chunks_on_the_cpu(na
 def test_the_proof_names_why_a_mixing_model_cannot_be_split(name):
     from onnxruntime.tools.onnx_model_utils import make_input_shape_fixed
 
-    from onnxwrapper.backends.qnn._batch_proof import batch_plan
+    from onnxwrapper.backends.qnn.recovery._batch_proof import batch_plan
 
     data, why = rm.MIXING[name]
     model = onnx.load_from_string(data)
@@ -226,7 +226,7 @@ def test_a_context_load_failing_for_memory_releases_others_and_retries_then_fail
     recently used context and retries; with nothing left to release it is a ContextLoadError."""
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph
 
-    from onnxwrapper.backends.qnn._session import ArtifactInfo, QnnDynamicSession
+    from onnxwrapper.backends.qnn.session._session import ArtifactInfo, QnnDynamicSession
     from onnxwrapper.errors import ContextLoadError
     from onnxwrapper.kernel import PartitionReport
 
@@ -260,7 +260,7 @@ def test_a_context_load_failing_for_memory_releases_others_and_retries_then_fail
 
 # -- a model the NPU can take no node of -----------------------------------------------------------
 def test_a_model_without_a_qnn_op_is_one_cpu_session_whatever_the_shapes(cache, caplog):
-    from onnxwrapper.backends.qnn._no_node import QnnCpuSession
+    from onnxwrapper.backends.qnn.session._no_node import QnnCpuSession
     from tests.models import tree_ensemble_dynamic
 
     data = tree_ensemble_dynamic()

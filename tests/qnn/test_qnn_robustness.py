@@ -38,7 +38,7 @@ def _relu_model(dims) -> bytes:
 # -- compile workers ----------------------------------------------------------------------------------
 _HIT = """
 import sys, numpy as np, onnxwrapper
-from onnxwrapper.backends.qnn._workers import default_pool
+from onnxwrapper.backends.qnn.workers._workers import default_pool
 s = onnxwrapper.InferenceSession(sys.argv[1], backend="qnn")
 s.run(None, {"X": np.ones((1, 3, 8, 8), np.float32)})
 print(s.backend_session.artifacts[0].origin, len(default_pool().workers))
@@ -58,7 +58,7 @@ def test_a_cache_hit_starts_no_worker_and_a_miss_one(tmp_path):
 def test_a_compiler_crash_is_a_typed_error_and_the_next_compile_works():
     """The worker dies mid-compile (SIGABRT, as std::bad_alloc would end it): the user's process gets
     BackendCompileError naming the model and the shapes; nothing is cached; the next compile works."""
-    from onnxwrapper.backends.qnn._workers import default_pool
+    from onnxwrapper.backends.qnn.workers._workers import default_pool
 
     data = models.smallconv(batch="N", hw=(96, 96), seed=32)
     session = onnxwrapper.InferenceSession(data, backend="qnn")
@@ -95,7 +95,9 @@ def test_compile_many_runs_requests_on_parallel_workers(tmp_path):
     failing request returned as its (ORT) exception, not raised."""
     import onnx
 
-    from onnxwrapper.backends.qnn import _pipeline, _settings, compile_many
+    from onnxwrapper.backends.qnn import compile_many
+    from onnxwrapper.backends.qnn.pipeline import _pipeline
+    from onnxwrapper.backends.qnn.settings import _settings
     from onnxwrapper.kernel import ModelSource
 
     requests = []

@@ -16,8 +16,8 @@ import onnxruntime
 import pytest
 
 import onnxwrapper
-from onnxwrapper.kernel._partition import PartialOffloadWarning, PartitionReport
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
+from onnxwrapper.kernel.session._partition import PartialOffloadWarning, PartitionReport
 from tests import models
 from tests.conftest import qnn_available
 
@@ -232,8 +232,8 @@ def test_expected_qdq_io_offload_is_reported_but_not_warned():
     (offload_graph_io_quantization=1): reported, not warned; strict still refuses it."""
     import warnings
 
-    from onnxwrapper.kernel._partition import NodeAssignment, known_reason
-    from onnxwrapper.backends.qnn._session import check_partition
+    from onnxwrapper.kernel.session._partition import NodeAssignment, known_reason
+    from onnxwrapper.backends.qnn.session._partition_check import check_partition
     from onnxwrapper.errors import PartitionError
 
     q = NodeAssignment("x_QuantizeLinear", "QuantizeLinear", "", "CPUExecutionProvider", 0,

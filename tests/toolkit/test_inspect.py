@@ -12,9 +12,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
+from onnxwrapper.kernel.model._shapes import dynamic_inputs
 from onnxwrapper.toolkit._inspect import (CPU_EP, QNN_EP, inspect_model, make_static, parse_dim_arg, parse_shape_arg,
                                           predict_partition_rules)
-from onnxwrapper.kernel._shapes import dynamic_inputs
 from tests import models
 from tests.conftest import qnn_available, run_python
 from tests.models import IR_VERSION

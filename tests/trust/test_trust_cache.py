@@ -14,7 +14,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from onnxwrapper.errors import ArtifactError
-from onnxwrapper.kernel._cache import ArtifactCache, make_key
+from onnxwrapper.kernel.cache._cache import ArtifactCache, make_key
 from tests import models
 from tests.conftest import qnn_available, run_python
 

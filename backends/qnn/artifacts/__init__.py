@@ -1,0 +1,24 @@
+"""Compiled models that exist already: verified precompiled EPContext models next to the user's
+model (an ordered list of resolvers, :func:`register_artifact_resolver`), and a session opened
+straight from a compile-cache hit (:func:`open_cached`: no onnx import, no parse of the model).
+"""
+
+from __future__ import annotations
+
+from onnxwrapper.backends.qnn.artifacts._artifacts import (RAW_BINARY_SUFFIXES, ResolvedArtifact,
+                                                           check_artifact_interface, register_artifact_resolver,
+                                                           resolve_precompiled, resolve_specialization)
+from onnxwrapper.backends.qnn.artifacts._cache_hit import is_ort_format, is_raw_binary, model_label, open_cached
+
+__all__ = [
+    "RAW_BINARY_SUFFIXES",
+    "ResolvedArtifact",
+    "check_artifact_interface",
+    "is_ort_format",
+    "is_raw_binary",
+    "model_label",
+    "open_cached",
+    "register_artifact_resolver",
+    "resolve_precompiled",
+    "resolve_specialization",
+]

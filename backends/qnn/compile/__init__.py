@@ -1,0 +1,48 @@
+"""One QNN compile: ORT's EPContext generation (and DLC export) as a compile worker runs it, the
+ORT session class and creation guard of QNN sessions, the compile's budget (wall time, memory,
+progress lines), its typed errors, the overridable initializers kept through it, and the
+provenance records stamped into every compiled model and checked on a cache hit.
+"""
+
+from __future__ import annotations
+
+from onnxwrapper.backends.qnn.compile._budget import (DEFAULT_COMPILE_TIMEOUT_S, await_reply, convert_seconds,
+                                                      default_compile_memory_mb)
+from onnxwrapper.backends.qnn.compile._cache_provenance import hit_problem, session_record
+from onnxwrapper.backends.qnn.compile._compile import (CTX_NAME, build_session_options, cached_compile,
+                                                       compile_cache_key, create_qnn_session, dump_dlc,
+                                                       generate_epcontext, metadata_model, ort_session_class,
+                                                       qnn_creation_guard)
+from onnxwrapper.backends.qnn.compile._compile_errors import (UNWRITABLE_MARKERS, compile_hint, context_load_error,
+                                                              context_memory_failure, epcontext_unwritable, qnn_error,
+                                                              recoverable, typed_failure)
+from onnxwrapper.backends.qnn.compile._provenance import make_record, verify
+
+__all__ = [
+    "CTX_NAME",
+    "DEFAULT_COMPILE_TIMEOUT_S",
+    "UNWRITABLE_MARKERS",
+    "await_reply",
+    "build_session_options",
+    "cached_compile",
+    "compile_cache_key",
+    "compile_hint",
+    "context_load_error",
+    "context_memory_failure",
+    "convert_seconds",
+    "create_qnn_session",
+    "default_compile_memory_mb",
+    "dump_dlc",
+    "epcontext_unwritable",
+    "generate_epcontext",
+    "hit_problem",
+    "make_record",
+    "metadata_model",
+    "ort_session_class",
+    "qnn_creation_guard",
+    "qnn_error",
+    "recoverable",
+    "session_record",
+    "typed_failure",
+    "verify",
+]

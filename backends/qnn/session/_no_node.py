@@ -1,0 +1,183 @@
+"""Sessions (and shape specializations) of which the QNN EP takes no node: they run on CPU.
+
+ONNX Runtime with the QNN EP runs such models on its CPU EP, without a word (measured on
+onnxruntime 1.32.0 + onnxruntime-qnn 2.7.0: string ``Identity``, ``Sequence*``, optional types,
+``TreeEnsembleClassifier``, ORT's ``Pad`` test models; only the two W-level lines the QNN EP
+prints for every session). These ops never run on an NPU; they are the pre/post-processing
+models real apps load next to the NPU model (tokenizers, classical ML). So the qnn backend does
+the same by default, and says so:
+
+* :class:`QnnCpuSession` — ORT's own CPU session of the model **with the user's own
+  ``SessionOptions`` object** (so every option applies as on ORT: free-dimension overrides,
+  ``add_initializer``, external initializers, ``optimized_model_filepath`` …). It reports what
+  ORT + QNN EP reports (``get_providers()`` ``['QNNExecutionProvider', 'CPUExecutionProvider']``)
+  and its partition, QNN 0/N nodes.
+* :func:`no_node_policy` — ``strict=True``: :class:`~onnxwrapper.errors.PartitionError` (the
+  ``strict`` refusal); otherwise one :class:`~onnxwrapper.kernel.PartialOffloadWarning` per model
+  and process naming the way to refuse (``backend_options={'strict': True}``, ``aipc --strict``).
+* :class:`NoNodeMemo` — the verdict is remembered in the compile cache (a meta-only entry next to
+  the would-be compile), so later sessions do not try to compile again.
+* :func:`~onnxwrapper.backends.qnn._op_support.predicted_no_node` — a model none of whose op types the QNN EP has a builder for
+  (:data:`~onnxwrapper.backends.qnn._op_support.QNN_OP_TYPES`, or a custom domain such as
+  ``ai.onnx.ml``'s ``TreeEnsembleClassifier`` + ``ZipMap``) is known to get no node without any
+  compile: it becomes one :class:`QnnCpuSession` at once — dynamic shapes and all, not a session
+  per input shape (which cost a tree-ensemble app 62.6 s instead of 8.4 s: a compile attempt, a
+  cache memo and a "compiling … for the QNN HTP" log line per shape).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from typing import Any, Mapping
+
+from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
+from onnxwrapper.backends.qnn.platform import EP_NAME
+from onnxwrapper.errors import ArtifactError, CompileFailedError, PartitionError
+from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, make_key, user_stacklevel
+
+__all__ = ["CPU_EP", "NoNodeMemo", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
+           "ort_provider_options"]
+
+_log = logging.getLogger("onnxwrapper.qnn")
+CPU_EP = "CPUExecutionProvider"
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def ort_providers() -> list[str]:
+    """What ORT + QNN EP's ``get_providers()`` says for every session (measured, also when QNN took
+    no node): ``['QNNExecutionProvider', 'CPUExecutionProvider']``."""
+    return [EP_NAME, CPU_EP]
+
+
+def ort_provider_options(ep_options: Mapping[str, str]) -> dict:
+    """What ORT + QNN EP's ``get_provider_options()`` says: ``{'CPUExecutionProvider': {},
+    'QNNExecutionProvider': {QNN EP options}}`` (measured, in this order)."""
+    return {CPU_EP: {}, EP_NAME: dict(ep_options)}
+
+
+def _ops(report: PartitionReport) -> str:
+    ops = sorted({n.op_type for n in report.nodes})
+    return ", ".join(ops[:8]) + (" …" if len(ops) > 8 else "")
+
+
+def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_key: str) -> None:
+    """Refuse (``strict``) or warn once that QNN took none of the nodes of ``label``.
+
+    Raises:
+        PartitionError: ``strict`` (``.report`` is the partition, ``.cpu_nodes`` every node).
+    """
+    total = len(report.nodes)
+    if strict and report.recovery:  # every rung failed (remembered in the cache): the compile failure, typed
+        first = report.recovery[0]
+        raise CompileFailedError(
+            f"strict=True but the QNN HTP could compile no part of {label} ({first.get('error')}; every step of the "
+            f"recovery failed and is recorded in the compile cache: {report.recovery_summary()}).", backend="qnn",
+            model=label, error_name=first.get("error"), rung=report.recovery[-1].get("rung"))
+    if strict:
+        raise PartitionError(
+            f"strict=True but the QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}): "
+            f"{report.summary()}. Without strict=True the session runs on ORT's CPU execution provider, as "
+            f"onnxruntime with the QNN EP does.", backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
+    why = f" ({report.recovery_summary()})" if report.recovery else ""
+    message = (f"The QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}){why}; it runs "
+               f"on ORT's CPU execution provider, as onnxruntime with the QNN EP does. "
+               f"backend_options={{'strict': True}} (aipc --strict) refuses such sessions.")
+    _log.info("onnxwrapper qnn: %s", message)
+    with _warned_lock:
+        if warn_key in _warned:
+            return
+        _warned.add(warn_key)
+    warnings.warn(message, PartialOffloadWarning, stacklevel=user_stacklevel())
+
+
+class NoNodeMemo:
+    """Remembers, in the compile cache, that the QNN EP took no node of one compile.
+
+    Args:
+        cache: the :class:`~onnxwrapper.kernel.ArtifactCache`. compile_key: the cache key the
+            compile would have. patches: the ``patches`` option (patching is tried before giving up).
+    """
+
+    def __init__(self, cache, compile_key: str, patches: Any) -> None:
+        self.cache = cache
+        self.key = make_key({"qnn-took-no-node": compile_key, "patches": repr(patches)})
+
+    def known(self) -> PartitionReport | None:
+        """The remembered partition (source ``"cache"``), or ``None`` (also when the cache cannot be read)."""
+        if not os.path.isdir(self.cache.entry_dir(self.key)):
+            return None
+        try:
+            entry = self.cache.lookup(self.key)
+        except (ArtifactError, OSError) as exc:
+            _log.debug("onnxwrapper qnn: no-node memo not readable (%s)", exc)
+            return None
+        if entry is None or "partition" not in entry.meta:
+            return None
+        return PartitionReport.from_dict(entry.meta["partition"]).with_source("cache")
+
+    def remember(self, report: PartitionReport) -> None:
+        """Record ``report`` (best effort: a read-only cache only costs a compile attempt next time)."""
+        try:
+            self.cache.get_or_create(self.key, lambda _directory: {"partition": report.to_dict()})
+        except (ArtifactError, OSError) as exc:
+            _log.debug("onnxwrapper qnn: no-node verdict not cached (%s)", exc)
+
+
+class QnnCpuSession(BackendSession):
+    """ORT's CPU session of a model the QNN EP took no node of (see the module docstring).
+
+    Args:
+        model: the model as the user gave it (path or bytes). user_so: the user's ``SessionOptions``
+            or ``None``, used as it is. kwargs: the user's ORT keyword arguments.
+        report: the partition (QNN 0/N nodes). ep_options: the QNN EP options of the session.
+    """
+
+    def __init__(self, model, user_so, kwargs: Mapping[str, Any], *, report: PartitionReport,
+                 ep_options: Mapping[str, str]) -> None:
+        # no providers: ORT's default CPU EP, as ORT + QNN EP falls back to it (so a user's
+        # session.disable_cpu_ep_fallback=1 fails as there); a SessionOptions with the user's own
+        # EP devices keeps them (the QNN EP takes nothing again)
+        self.ort_args = OrtSessionArgs(model, user_so, None, None, dict(kwargs))
+        self.report = report
+        self.ep_options = dict(ep_options)
+
+    def describe(self) -> SessionDescription:
+        """ORT's own session; every method is ORT's."""
+        return SessionDescription(ort=self.ort_args)
+
+    def providers(self) -> list[str]:
+        return ort_providers()
+
+    def provider_options(self) -> dict:
+        return ort_provider_options(self.ep_options)
+
+    def partition(self) -> PartitionReport:
+        """QNN 0/N nodes: every node on ORT's CPU EP."""
+        return self.report
+
+
+def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, shapes, note: str, values=None):
+    """Compile with ``compile_epcontext`` (an ``EpContextFromOnnx`` over ``store``, a ``CacheStore``):
+    ``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node (remembered in the
+    cache with :class:`NoNodeMemo`, so the next session does not try again). ``values``: the
+    specialization's bound control-input values, or ``None``."""
+    key = store.key(shapes, [], values)
+    memo = NoNodeMemo(store.cache, key, patches)
+    # a cache hit (the usual case) costs one stat here; the memo is read only when there is no entry
+    known = None if os.path.isdir(store.cache.entry_dir(key)) else memo.known()
+    if known is not None:
+        return None, known
+    try:
+        if values:
+            return compile_epcontext(model_input, proto, shapes, note, values), None
+        return compile_epcontext(model_input, proto, shapes, note), None
+    except PartitionError as exc:
+        if exc.report is None:
+            raise
+        memo.remember(exc.report)
+        return None, exc.report
+
