@@ -13,7 +13,7 @@ import pytest
 
 from aipc._script_literals import comment_line, docstring
 from onnxwrapper import diff
-from onnxwrapper.diff import _fix
+from onnxwrapper.repair.fix import _api as _fix
 from onnxwrapper.repair import ModelRecipe
 from tests import models
 from tests.test_diff_api import perturb_registered  # noqa: F401 (fixture)

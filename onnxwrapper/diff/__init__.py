@@ -31,17 +31,17 @@ Importing this package imports numpy and onnxwrapper only (no matplotlib, no bac
 
 from __future__ import annotations
 
-from onnxwrapper.diff import _metrics as metrics
+from onnxwrapper.diff._judge import _metrics as metrics
 from onnxwrapper.diff._api import check, compare, default_directory, parse_backends, report_paths, run
 from onnxwrapper.diff._assert import assert_backends_agree, assert_close
-from onnxwrapper.diff._localize_runs import localize_failures
+from onnxwrapper.diff._localize._runs import localize_failures
 from onnxwrapper.diff._model_compare import compare_model_runs
-from onnxwrapper.diff._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs
-from onnxwrapper.diff._model_run import ModelRuns, Timing, run_model
-from onnxwrapper.diff._capture_values import sha256_file
-from onnxwrapper.diff._schedule import default_jobs, estimate_run_memory
-from onnxwrapper.diff._tensor_files import TensorSet, read_tensors, save_tensors
-from onnxwrapper.diff._capture import (
+from onnxwrapper.diff._runs._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs
+from onnxwrapper.diff._runs._model_run import ModelRuns, Timing, run_model
+from onnxwrapper.diff._capture._values import sha256_file
+from onnxwrapper.diff._runs._schedule import default_jobs, estimate_run_memory
+from onnxwrapper.diff._capture._tensor_files import TensorSet, read_tensors, save_tensors
+from onnxwrapper.diff._capture._writer import (
     DEFAULT_MAX_BYTES,
     FORMAT,
     FORMAT_VERSION,
@@ -50,7 +50,7 @@ from onnxwrapper.diff._capture import (
     CaptureWriter,
     start_capture,
 )
-from onnxwrapper.diff._capture_reader import (
+from onnxwrapper.diff._capture._reader import (
     Call,
     Capture,
     CaptureFormatError,
@@ -59,14 +59,14 @@ from onnxwrapper.diff._capture_reader import (
     TensorSpec,
     read_capture,
 )
-from onnxwrapper.diff._compare import compare_arrays, compare_captures
-from onnxwrapper.diff._console_text import console_safe
-from onnxwrapper.diff._expose import candidate_tensors, expose_tensors
-from onnxwrapper.diff._files import parse_size
-from onnxwrapper.diff._fix import fix
-from onnxwrapper.diff._fix_candidates import REMEDIES
-from onnxwrapper.diff._fix_report import FixResult
-from onnxwrapper.diff._result import (
+from onnxwrapper.diff._judge._compare import compare_arrays, compare_captures
+from onnxwrapper.diff._report._console_text import console_safe
+from onnxwrapper.diff._localize._expose import candidate_tensors, expose_tensors
+from onnxwrapper.diff._capture._files import parse_size
+from onnxwrapper.repair.fix._api import fix
+from onnxwrapper.repair.fix._candidates import REMEDIES
+from onnxwrapper.repair.fix._result import FixResult
+from onnxwrapper.diff._judge._result import (
     EXIT_BACKEND_FAILED,
     EXIT_MISMATCH,
     EXIT_NOTHING_TO_REPAIR,
@@ -81,7 +81,7 @@ from onnxwrapper.diff._result import (
     Localization,
     OutputSummary,
 )
-from onnxwrapper.diff._tolerance import (
+from onnxwrapper.diff._judge._tolerance import (
     PRESETS,
     Tolerance,
     Tolerances,

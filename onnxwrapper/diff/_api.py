@@ -14,21 +14,21 @@ import tempfile
 from typing import Callable, Iterable, Mapping
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._app_level import NONE, STDOUT, judge_app, needs_rerun
-from onnxwrapper.diff._batched import device_notes
-from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
-from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
-from onnxwrapper.diff._files import unused_stem
-from onnxwrapper.diff._fix_confirm import script_sha256
-from onnxwrapper.diff._labels import check_label
-from onnxwrapper.diff._compare import compare_captures
-from onnxwrapper.diff._localize_runs import localize_failures
-from onnxwrapper.diff._manifest_reader import read_manifest
-from onnxwrapper.diff._orchestrate import Target, run_child
-from onnxwrapper.diff._plots import prewarm as prewarm_report
-from onnxwrapper.diff._result import BackendRun, DiffResult
-from onnxwrapper.diff._run_plan import RunPlan
-from onnxwrapper.diff._tolerance import Tolerance, Tolerances
+from onnxwrapper.diff._judge._app_level import NONE, STDOUT, judge_app, needs_rerun
+from onnxwrapper.diff._runs._batched import device_notes
+from onnxwrapper.diff._capture._writer import DEFAULT_MAX_BYTES, parse_size
+from onnxwrapper.diff._capture._reader import Capture, CaptureFormatError, read_capture
+from onnxwrapper.diff._capture._files import unused_stem
+from onnxwrapper.repair.fix._confirm import script_sha256
+from onnxwrapper.diff._runs._labels import check_label
+from onnxwrapper.diff._judge._compare import compare_captures
+from onnxwrapper.diff._localize._runs import localize_failures
+from onnxwrapper.diff._capture._manifest import read_manifest
+from onnxwrapper.diff._runs._orchestrate import Target, run_child
+from onnxwrapper.diff._report._plots import prewarm as prewarm_report
+from onnxwrapper.diff._judge._result import BackendRun, DiffResult
+from onnxwrapper.diff._runs._plan import RunPlan
+from onnxwrapper.diff._judge._tolerance import Tolerance, Tolerances
 
 __all__ = ["MANIFEST", "parse_backends", "run", "check", "compare", "default_directory", "report_paths",
            "as_tolerances"]
@@ -74,7 +74,7 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
     Raises:
         onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
         ValueError: empty list, a label given twice, or a label that cannot be a folder name
-            (:func:`onnxwrapper.diff._labels.check_label`: ``:``, ``?``, ``*``, device names, …).
+            (:func:`onnxwrapper.diff._runs._labels.check_label`: ``:``, ``?``, ``*``, device names, …).
     """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     result: dict[str, str] = {}
@@ -151,7 +151,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         cwd / env: working directory and extra environment variables of the script.
         progress: ``progress(stage: str, done: int, total: int)`` callback (the CLI's tqdm bars).
         echo: ``echo(label, stdout_text)`` called after each run with the script's standard output.
-        compare_output: the app-level comparison (:mod:`onnxwrapper.diff._app_level`):
+        compare_output: the app-level comparison (:mod:`onnxwrapper.diff._judge._app_level`):
             ``"stdout"`` (default), names of files the script writes (relative to ``cwd``), or
             ``("none",)``.
         output_filter: regular expression; only matching lines of the compared text take part.
@@ -159,7 +159,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
             budget; 0 = exact).
         jobs: how many backend runs may go at once (independent runs overlap; a replay starts as
             soon as the runs it needs have ended); ``None``: as many as this host has processors
-            and memory for (:mod:`onnxwrapper.diff._schedule`), ``1``: one after another. The
+            and memory for (:mod:`onnxwrapper.diff._runs._schedule`), ``1``: one after another. The
             results do not depend on it; each run keeps its own wall time.
 
     Returns:

@@ -25,13 +25,13 @@ import numpy as np
 
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import MANIFEST, _judge, _relative_run, _write_manifest, as_tolerances
-from onnxwrapper.diff._app_level import NONE, judge_app
-from onnxwrapper.diff._capture import CaptureWriter
-from onnxwrapper.diff._localize_runs import localize_failures
-from onnxwrapper.diff._model_inputs import model_facts
-from onnxwrapper.diff._model_run import ModelRuns
-from onnxwrapper.diff._result import BackendRun, DiffResult
-from onnxwrapper.diff._tensor_files import TensorSet, read_tensors
+from onnxwrapper.diff._judge._app_level import NONE, judge_app
+from onnxwrapper.diff._capture._writer import CaptureWriter
+from onnxwrapper.diff._localize._runs import localize_failures
+from onnxwrapper.diff._runs._model_inputs import model_facts
+from onnxwrapper.diff._runs._model_run import ModelRuns
+from onnxwrapper.diff._judge._result import BackendRun, DiffResult
+from onnxwrapper.diff._capture._tensor_files import TensorSet, read_tensors
 
 __all__ = ["compare_model_runs"]
 

@@ -1,6 +1,6 @@
 """``onnxwrapper.repair``: repair recipes — what ``aipc fix`` found makes a model agree on a backend.
 
-A recipe (:mod:`onnxwrapper.repair._recipe`, docs/repair.md) is a small versioned JSON file keyed
+A recipe (:mod:`onnxwrapper.repair.recipe._format`, docs/repair.md) is a small versioned JSON file keyed
 by the sha256 of the model file: registered rewrites (:mod:`onnxwrapper.patches`) at named nodes,
 node groups to run on the CPU, and a precision. This package reads, validates and writes recipes,
 applies their rewrites in memory (:func:`apply_recipe`), checks them against the model where they
@@ -23,11 +23,11 @@ Importing it imports onnx, onnxruntime and numpy only; no I/O.
 
 from __future__ import annotations
 
-from onnxwrapper.repair._apply import RepairedModel, apply_recipe
-from onnxwrapper.repair._checks import UnverifiedRecipeWarning, check_recipe, scaled_tensors
-from onnxwrapper.repair._recipe import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
+from onnxwrapper.repair.recipe._apply import RepairedModel, apply_recipe
+from onnxwrapper.repair.recipe._checks import UnverifiedRecipeWarning, check_recipe, scaled_tensors
+from onnxwrapper.repair.recipe._format import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
                                         model_sha256)
-from onnxwrapper.repair._split import ModelPart, assemble, boundary_types, part_model, split_stages, tensor_types
+from onnxwrapper.repair.recipe._split import ModelPart, assemble, boundary_types, part_model, split_stages, tensor_types
 
 __all__ = [
     "FORMAT",

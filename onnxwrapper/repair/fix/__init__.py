@@ -1,0 +1,1 @@
+"""onnxwrapper.repair.fix: aipc fix."""

@@ -1,0 +1,1 @@
+"""onnxwrapper.repair.recipe: the recipe format."""
