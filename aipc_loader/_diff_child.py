@@ -1,5 +1,10 @@
 """Entry point of the per-backend child process of ``aipc diff`` (one process per backend run).
 
+The loader owns it because a live run is the user's script under the loader's hot patch
+(:func:`aipc_loader.run_script` / :func:`aipc_loader.run_module`), recorded with the diff's capture
+writer. ``onnxwrapper.diff`` starts it by module name (``onnxwrapper.diff._runs.run_child``) and
+imports nothing of the loader; this module builds on the diff's capture, runs and localize stages.
+
 Usage (internal; the orchestrator builds these command lines)::
 
     python -m aipc_loader._diff_child --backend B --capture DIR [--backend-options JSON]
@@ -7,7 +12,7 @@ Usage (internal; the orchestrator builds these command lines)::
     python -m aipc_loader._diff_child ... -m module [args…]                   # live: run a module
     python -m aipc_loader._diff_child ... --replay REF_CAPTURE_DIR [--only KEYS.json]   # replay inputs
     python -m aipc_loader._diff_child ... --expose REQUEST.json                # localization round
-    python -m aipc_loader._diff_child ... --model-request REQUEST.json         # a model run (_model_child)
+    python -m aipc_loader._diff_child ... --model-request REQUEST.json         # a model run
 
 Every mode writes ``DIR/status.json``: ``{"status": "ok" | "script_failed" | "unavailable" |
 "error", "exit_code": int, "message": str}`` before exiting. A process killed by a signal writes
@@ -28,24 +33,13 @@ import traceback
 import aipc_loader
 from onnxwrapper import InferenceSession
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._runs import _batched
-from onnxwrapper.diff._capture._writer import DEFAULT_MAX_BYTES, CaptureWriter, start_capture
-from onnxwrapper.diff._capture._reader import read_capture
-from onnxwrapper.diff._localize._expose import run_exposed
-from onnxwrapper.diff._runs._model_child import serve_model_request
+from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, CaptureWriter, read_capture, start_capture
+from onnxwrapper.diff._localize import run_exposed
+from onnxwrapper.diff._runs import batch_runner, replay_batch, serve_model_request, write_device_profiles, write_status
 from onnxwrapper.errors import BackendError
 
 EXIT_UNAVAILABLE = 3
 EXIT_BAD_ARGS = 4
-
-
-def _write_status(directory: str, status: str, exit_code: int, message: str = "", **extra) -> None:
-    os.makedirs(directory, exist_ok=True)
-    doc = {"status": status, "exit_code": exit_code, "message": message, **extra}
-    tmp = os.path.join(directory, "status.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, os.path.join(directory, "status.json"))
 
 
 def _check_backend(name: str, options: dict) -> tuple[str | None, str]:
@@ -86,7 +80,7 @@ def _live(ns, options: dict) -> int:
         if handle is not None:
             handle.stop()
     code = int(code or 0)
-    _write_status(ns.capture, "ok" if code == 0 else "script_failed", code,
+    write_status(ns.capture, "ok" if code == 0 else "script_failed", code,
                   "" if code == 0 else f"the script exited with status {code}",
                   calls=handle.writer.calls_recorded if handle is not None else 0)
     return code
@@ -123,7 +117,7 @@ def _replay(ns, options: dict) -> int:
                     traceback.print_exc()
                     continue
                 sessions[call.session] = sess
-            if _batched.batch_runner(sess) is not None:
+            if batch_runner(sess) is not None:
                 batched.setdefault(call.session, []).append(call)
                 continue
             feeds = call.inputs()
@@ -137,19 +131,19 @@ def _replay(ns, options: dict) -> int:
             writer.observe(session=sess, method="run", output_names=list(call.output_names), input_feed=feeds,
                            outputs=outputs, seconds=time.perf_counter() - start, call_key=(call.session, call.index))
         for ordinal, calls in batched.items():
-            for call, feeds, outputs, seconds, exc in _batched.replay_batch(sessions[ordinal], calls):
+            for call, feeds, outputs, seconds, exc in replay_batch(sessions[ordinal], calls):
                 if exc is not None:
                     errors.append(f"session {call.session} call {call.index} (batched): {type(exc).__name__}: {exc}")
                     continue
                 writer.observe(session=sessions[ordinal], method="run", output_names=list(call.output_names),
                                input_feed=feeds, outputs=outputs, seconds=seconds, call_key=(call.session, call.index))
-        _batched.write_device_profiles(ns.capture, sessions, {c.session: c.model for c in ref.calls})
+        write_device_profiles(ns.capture, sessions, {c.session: c.model for c in ref.calls})
     finally:
         writer.close()
     if errors:
-        _write_status(ns.capture, "script_failed", 1, "; ".join(errors[:5]), calls=writer.calls_recorded)
+        write_status(ns.capture, "script_failed", 1, "; ".join(errors[:5]), calls=writer.calls_recorded)
         return 1
-    _write_status(ns.capture, "ok", 0, calls=writer.calls_recorded)
+    write_status(ns.capture, "ok", 0, calls=writer.calls_recorded)
     return 0
 
 
@@ -160,9 +154,9 @@ def _expose(ns, options: dict) -> int:
         run_exposed(request, ns.backend, options)
     except Exception as exc:
         traceback.print_exc()
-        _write_status(ns.capture, "script_failed", 1, f"{type(exc).__name__}: {exc}")
+        write_status(ns.capture, "script_failed", 1, f"{type(exc).__name__}: {exc}")
         return 1
-    _write_status(ns.capture, "ok", 0)
+    write_status(ns.capture, "ok", 0)
     return 0
 
 
@@ -195,27 +189,27 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(options, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:
-        _write_status(ns.capture, "error", EXIT_BAD_ARGS, f"--backend-options: {exc}")
+        write_status(ns.capture, "error", EXIT_BAD_ARGS, f"--backend-options: {exc}")
         return EXIT_BAD_ARGS
     status, message = _check_backend(ns.backend, options)
     if status is not None:
         print(f"aipc diff: {message}", file=sys.stderr)
-        _write_status(ns.capture, status, EXIT_UNAVAILABLE if status == "unavailable" else EXIT_BAD_ARGS, message)
+        write_status(ns.capture, status, EXIT_UNAVAILABLE if status == "unavailable" else EXIT_BAD_ARGS, message)
         return EXIT_UNAVAILABLE if status == "unavailable" else EXIT_BAD_ARGS
     if ns.expose:
         return _expose(ns, options)
     if ns.model_request:
-        return serve_model_request(ns.model_request, ns.backend, options, ns.capture, _write_status)
+        return serve_model_request(ns.model_request, ns.backend, options, ns.capture, write_status)
     if ns.replay:
         return _replay(ns, options)
     if not ns.argv:
-        _write_status(ns.capture, "error", EXIT_BAD_ARGS, "no script or module to run")
+        write_status(ns.capture, "error", EXIT_BAD_ARGS, "no script or module to run")
         return EXIT_BAD_ARGS
     try:
         return _live(ns, options)
     except Exception as exc:  # the loader itself failed (the script's own errors are its exit code)
         traceback.print_exc()
-        _write_status(ns.capture, "error", 1, f"could not run the script: {type(exc).__name__}: {exc}")
+        write_status(ns.capture, "error", 1, f"could not run the script: {type(exc).__name__}: {exc}")
         return 1
 
 

@@ -20,6 +20,7 @@ from onnxwrapper.repair.fix._ranges import reference_ranges
 from onnxwrapper.repair.fix._rescale import TARGET, exact_overflow_rewrites
 from onnxwrapper.repair.fix._verify import Trial
 from onnxwrapper.repair import ModelRecipe, apply_recipe
+from onnxwrapper.repair.fix import FixResult
 from tests import repair_models
 from tests.test_diff_support import aipc_diff, child_env, conv_project  # noqa: F401
 
@@ -87,7 +88,7 @@ def test_tolerances_survive_the_report_round_trip():
 
 
 def test_report_text_and_exit_status():
-    result = diff.FixResult(directory="d")
+    result = FixResult(directory="d")
     assert result.exit_status == 3 and "nothing to repair" in result.text()
     from onnxwrapper.repair.fix._result import ModelFix
 

@@ -1,4 +1,9 @@
-"""Reading a diff folder's ``diff.json`` and ``report.json`` as untrusted input (docs/security.md).
+"""A diff folder's manifest ``diff.json``: written by a run, read back (with ``report.json``) as
+untrusted input (docs/security.md).
+
+A run writes the manifest as its runs end (:func:`write_manifest`, :func:`relative_run`), with the
+content digest of the script it ran (:func:`script_sha256`), which a confirmation run of ``aipc fix``
+checks before it runs the recorded command.
 
 A diff folder may come from another machine ("send me your diff"). :func:`read_manifest` checks
 every field ``aipc diff --check`` and ``aipc fix`` use before they use it: the runs (their files
@@ -11,6 +16,8 @@ problem is a :class:`~onnxwrapper.errors.MalformedFileError` naming the file and
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from typing import Any
@@ -22,7 +29,12 @@ try:  # Python >= 3.11 names it re._parser; sre_parse is its deprecated alias
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse as _sre_parse
 
-__all__ = ["read_manifest", "read_saved_report", "check_tolerances", "safe_pattern"]
+__all__ = ["MANIFEST", "MANIFEST_FORMAT", "check_tolerances", "read_manifest", "read_saved_report", "relative_run",
+           "safe_pattern", "script_sha256", "write_manifest"]
+
+#: the manifest's file name in a diff folder, and its ``format``
+MANIFEST = "diff.json"
+MANIFEST_FORMAT = "onnxwrapper-diff"
 
 _RUN_TYPES = {"backend": str, "label": str, "status": str, "message": str, "cause": str, "signal": str,
               "replay_of": str, "rerun_of": str, "returncode": int, "calls": int, "seconds": (int, float),
@@ -32,7 +44,37 @@ _TOL_FLOATS = ("atol", "rtol", "quantile", "min_cosine", "min_snr_db", "min_psnr
 _REPEATS = {_sre_parse.MAX_REPEAT, _sre_parse.MIN_REPEAT, getattr(_sre_parse, "POSSESSIVE_REPEAT", None)} - {None}
 
 
-def read_manifest(directory: str, name: str = "diff.json") -> dict:
+def write_manifest(directory: str, doc: dict) -> None:
+    """Write ``doc`` as ``directory/diff.json`` (through a temporary file and a rename)."""
+    tmp = os.path.join(directory, MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, default=str)
+    os.replace(tmp, os.path.join(directory, MANIFEST))
+
+
+def relative_run(run, directory: str) -> dict:
+    """``run.to_dict()`` (a :class:`~onnxwrapper.diff.BackendRun`) with its file names relative to
+    ``directory``, as ``diff.json`` records them."""
+    d = run.to_dict()
+    for key in ("capture_dir", "stdout", "stderr"):
+        if d.get(key):
+            d[key] = os.path.relpath(d[key], directory)
+    return d
+
+
+def script_sha256(path: str, cwd: str | None = None) -> str | None:
+    """Hex sha256 of the script file at ``path`` (relative to ``cwd``), ``None`` when unreadable."""
+    h = hashlib.sha256()
+    try:
+        with open(os.path.join(cwd or "", path), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def read_manifest(directory: str, name: str = MANIFEST) -> dict:
     """``directory/diff.json``, checked (module docstring); run file names are kept relative.
 
     Raises:

@@ -26,13 +26,13 @@ import math
 import numpy as np
 import onnx
 
-from onnxwrapper.diff._capture._reader import Capture
+from onnxwrapper.diff._capture import Capture, fed_other_inputs
 from onnxwrapper.diff._judge._class_scores import class_score_outputs
 from onnxwrapper.diff._judge._metrics import DEFAULT_METRICS, ArrayPair, compute_metrics
 from onnxwrapper.diff._judge._result import FAILURE_KINDS, CallComparison, DiffResult, OutputSummary
 from onnxwrapper.diff._judge._tolerance import AbsRelThreshold, NonFiniteThreshold, Tolerance, Tolerances, precision_for
 
-__all__ = ["compare_arrays", "compare_captures", "diverging_inputs", "model_op_types"]
+__all__ = ["compare_arrays", "compare_captures", "model_op_types"]
 
 _MAX_FAILURES_KEPT = 1000
 _MAX_DIVERGENCE_LINES = 20
@@ -85,17 +85,6 @@ def compare_arrays(y, r, tolerance: Tolerance | None = None, *, class_scores: bo
 
 def _metrics_for(tolerance: Tolerance):
     return DEFAULT_METRICS(tolerance.quantile)
-
-
-def diverging_inputs(reference: Capture, cap: Capture) -> list[tuple[int, int]]:
-    """Keys ``(session, index)`` of matched calls whose inputs differ (signature or values)."""
-    ref_calls, b_calls = reference.calls_by_key(), cap.calls_by_key()
-    keys = []
-    for key in sorted(set(ref_calls) & set(b_calls)):
-        rc, bc = ref_calls[key], b_calls[key]
-        if rc.input_signature != bc.input_signature or _inputs_differ(rc, bc):
-            keys.append(key)
-    return keys
 
 
 def model_op_types(capture: Capture, key: str) -> set[str]:
@@ -193,7 +182,7 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
             done += 1
             if rc.session in hard:
                 continue  # reported by _check_sessions
-            if rc.input_signature != bc.input_signature or (check_inputs and _inputs_differ(rc, bc)):
+            if rc.input_signature != bc.input_signature or (check_inputs and fed_other_inputs(rc, bc)):
                 inputs_differ.append(key)
                 if key in r_calls:
                     bc = r_calls[key]
@@ -311,25 +300,6 @@ class _FeedCounter:
 
     def items(self) -> list[dict]:
         return list(self._counts.values())
-
-
-def _inputs_differ(rc, bc) -> bool:
-    try:
-        ri, bi = rc.inputs(), bc.inputs()
-    except (OSError, ValueError, KeyError):
-        return False
-    if ri.keys() != bi.keys():
-        return True
-    for k, v in ri.items():
-        w = bi[k]
-        if v.shape != w.shape or v.dtype != w.dtype:
-            return True
-        if v.dtype.kind in "fc":
-            if not np.array_equal(v, w, equal_nan=True):
-                return True
-        elif not np.array_equal(v, w):
-            return True
-    return False
 
 
 _LOOSENESS = ("fp32", "fp16", "quantized")

@@ -28,11 +28,9 @@ from dataclasses import dataclass, field
 
 from onnxwrapper.diff._judge import _result_text as _text
 from onnxwrapper.diff._judge import _verdict
-from onnxwrapper.diff._report import _console as _report_console
-from onnxwrapper.diff._report import _html as _report_html
-from onnxwrapper.diff._report import _json as _report_json
+from onnxwrapper.diff._report import render_table, to_document, write_html, write_json
 
-__all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_NOTHING_TO_REPAIR", "EXIT_USAGE", "STATES", "BackendRun", "CallComparison",
+__all__ = ["EXIT_OK", "EXIT_MISMATCH", "EXIT_BACKEND_FAILED", "EXIT_NOTHING_TO_REPAIR", "EXIT_USAGE", "STATES", "CallComparison",
            "OutputSummary", "Localization", "AppComparison", "DiffResult", "DiffAssertionError"]
 
 #: exit statuses of results (``DiffResult``, ``ModelRuns``, ``FixResult``): the table of every aipc command
@@ -44,66 +42,6 @@ FAILURE_KINDS = ("missing", "shape", "dtype", "nonfinite", "tolerance")
 #: verdict states and their exit statuses (module docstring).
 STATES = {"pass": EXIT_OK, "tensor_mismatch": EXIT_MISMATCH, "app_mismatch": EXIT_MISMATCH,
           "app_and_tensor_mismatch": EXIT_MISMATCH, "incomplete": EXIT_BACKEND_FAILED}
-
-
-@dataclass
-class BackendRun:
-    """How one backend's run went.
-
-    Attributes:
-        backend: canonical backend name. options: the backend options asked for. label: the name
-            of this run in the diff (the backend name unless given as ``label=backend``).
-        status: ``"ok"``, ``"script_failed"`` (non-zero exit or exception), ``"crashed"`` (killed by
-            a signal: ``signal`` holds its name, e.g. ``"SIGSEGV"``), ``"timeout"``,
-            ``"unavailable"`` (backend cannot run here), ``"error"`` (could not start).
-        returncode: the child's exit code (negative = signal number on POSIX), or ``None``.
-        message: one human sentence. capture_dir: where its capture is.
-        seconds: wall time of the child process (s). stdout / stderr: paths of its output logs.
-        calls: number of calls recorded.
-        replay_of: for an automatic partial replay (live mode), the label of the live run whose
-            calls it re-ran on the reference's inputs; ``None`` otherwise.
-        rerun_of: for the reference's second run (no recording; it tells volatile printed numbers
-            such as timings apart), the reference's label; ``None`` otherwise.
-        cause: one line saying why a run did not end normally (signal and script line, exception,
-            exit status, time limit); empty for a normal run.
-        exception: the script raised (the run is incomplete), as opposed to exiting with a status.
-        files: ``{file name: copy inside the run directory, or None when this run did not write it}``.
-    """
-
-    backend: str
-    options: dict = field(default_factory=dict)
-    label: str = ""
-    status: str = "ok"
-    returncode: int | None = 0
-    signal: str | None = None
-    message: str = ""
-    capture_dir: str | None = None
-    seconds: float = 0.0
-    stdout: str | None = None
-    stderr: str | None = None
-    calls: int = 0
-    replay_of: str | None = None
-    rerun_of: str | None = None
-    cause: str = ""
-    exception: bool = False
-    files: dict = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """True when the run ended with exit status 0."""
-        return self.status == "ok"
-
-    @property
-    def complete(self) -> bool:
-        """True when the script ran to its end: exit status 0, or another exit status without an
-        exception (its exit status is then part of its result)."""
-        return self.ok or (self.status == "script_failed" and not self.exception)
-
-    __repr__ = _text.repr_backend_run
-
-    def to_dict(self) -> dict:
-        """The fields as a JSON-safe dict (the report's ``runs`` entries)."""
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -379,20 +317,20 @@ class DiffResult:
         return {EXIT_OK: "PASS", EXIT_MISMATCH: "MISMATCH"}.get(self.exit_status, "INCOMPLETE")
 
     def table(self, *, color: bool = False, width: int | None = None) -> str:
-        """The console table (see :func:`onnxwrapper.diff._report._console.render_table`)."""
-        return _report_console.render_table(self, color=color, width=width)
+        """The console table (see :func:`onnxwrapper.diff._report.render_table`)."""
+        return render_table(self, color=color, width=width)
 
     def to_dict(self) -> dict:
         """The JSON report document (schema: docs/diff.md, "JSON report")."""
-        return _report_json.to_document(self)
+        return to_document(self)
 
     def write_json(self, path) -> str:
         """Write the JSON report to ``path``; returns the path."""
-        return _report_json.write_json(self, path)
+        return write_json(self, path)
 
     def write_html(self, path) -> str:
         """Write the self-contained HTML report (needs matplotlib: ``pip install 'onnxwrapper[report]'``)."""
-        return _report_html.write_html(self, path)
+        return write_html(self, path)
 
     def assert_passed(self) -> None:
         """Raise :class:`DiffAssertionError` with the console table unless the diff passed."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["repr_backend_run", "repr_call", "repr_output", "repr_app", "repr_localization", "repr_diff_result"]
+__all__ = ["repr_call", "repr_output", "repr_app", "repr_localization", "repr_diff_result"]
 
 
 def _db(value) -> str:
@@ -17,12 +17,6 @@ def _db(value) -> str:
 
 def _cos(value) -> str:
     return f"{value:.6f}" if isinstance(value, (int, float)) else "-"
-
-
-def repr_backend_run(run) -> str:
-    state = run.status + (f" ({run.signal})" if run.signal else "")
-    cause = f" — {run.cause}" if run.cause else ""
-    return f"<BackendRun {run.label or run.backend} [{run.backend}]: {state}, {run.calls} call(s), {run.seconds:.1f} s{cause}>"
 
 
 def repr_call(c) -> str:
@@ -62,6 +56,6 @@ def repr_diff_result(result) -> str:
     lines = [head] + [f"  {repr_output(s)}" for s in result.outputs[:20]]
     if len(result.outputs) > 20:
         lines.append(f"  … {len(result.outputs) - 20} more output(s)")
-    lines += [f"  {repr_backend_run(r)}" for r in result.runs.values()]
+    lines += [f"  {r!r}" for r in result.runs.values()]
     lines.append(f"  {result.verdict_line()}>")
     return "\n".join(lines)

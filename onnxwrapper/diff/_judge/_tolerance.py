@@ -42,7 +42,7 @@ from onnxwrapper.diff._judge._metrics import PSNR, SNR, ArrayPair, CosineSimilar
 
 __all__ = ["CHECK_MODES", "Threshold", "AbsRelThreshold", "LowerBound", "NonFiniteThreshold", "Tolerance",
            "PRESETS", "UNIT_ROUNDOFF", "ROUNDINGS", "ROUNDING_SOURCES", "IMPLEMENTATION_ERROR", "QUANTIZED_SNR_DB", "error_budget",
-           "snr_bar_db", "Tolerances", "parse_tol_override", "precision_for"]
+           "snr_bar_db", "Tolerances", "parse_tol_override", "precision_for", "as_tolerances"]
 
 CHECK_MODES = ("elementwise", "max", "mean", "median", "quantile", "none")
 
@@ -373,3 +373,14 @@ class Tolerances:
         return {"default": self.default.to_dict() if self.default else None,
                 "changes": dict(self.changes),
                 "overrides": [[p, c.to_dict() if isinstance(c, Tolerance) else dict(c)] for p, c in self.overrides]}
+
+
+def as_tolerances(tolerances) -> Tolerances:
+    """``None``, a :class:`Tolerance` or :class:`Tolerances` → :class:`Tolerances`."""
+    if tolerances is None:
+        return Tolerances()
+    if isinstance(tolerances, Tolerance):
+        return Tolerances(default=tolerances)
+    if isinstance(tolerances, Tolerances):
+        return tolerances
+    raise TypeError(f"tolerances must be a Tolerance or Tolerances, got {type(tolerances).__name__}")

@@ -42,7 +42,7 @@ import math
 import numpy as np
 from onnx import TensorProto, helper
 
-from onnxwrapper.diff._judge._metrics import FP16_MAX
+from onnxwrapper.diff._judge import FP16_MAX
 
 __all__ = ["SHARP_DROP_DB", "NodeVerdict", "Graph", "pick_suspect", "classify", "isolated_model", "input_snr"]
 

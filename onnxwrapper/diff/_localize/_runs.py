@@ -12,11 +12,10 @@ from __future__ import annotations
 import os
 from typing import Callable, Mapping
 
-from onnxwrapper.diff._capture._reader import read_capture
-from onnxwrapper.diff._capture._files import unused_stem
+from onnxwrapper.diff._capture import read_capture, unused_stem
+from onnxwrapper.diff._judge import DiffResult, Localization
 from onnxwrapper.diff._localize._search import localize
-from onnxwrapper.diff._runs._orchestrate import run_child
-from onnxwrapper.diff._judge._result import DiffResult, Localization
+from onnxwrapper.diff._runs import run_child
 
 __all__ = ["localize_failures"]
 

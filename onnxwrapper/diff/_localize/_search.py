@@ -37,11 +37,9 @@ import os
 
 import numpy as np
 
-from onnxwrapper.diff._localize._expose import Candidate, candidate_tensors, expose_tensors, load_model, run_exposed
+from onnxwrapper.diff._judge import FP16_MAX, ArrayPair, Localization, Tolerance, compute_metrics, snr_bar_db
 from onnxwrapper.diff._localize._cause import Graph, NodeVerdict, classify, isolated_model, pick_suspect
-from onnxwrapper.diff._judge._metrics import FP16_MAX, ArrayPair, compute_metrics
-from onnxwrapper.diff._judge._result import Localization
-from onnxwrapper.diff._judge._tolerance import Tolerance, snr_bar_db
+from onnxwrapper.diff._localize._expose import Candidate, candidate_tensors, expose_tensors, load_model, run_exposed
 
 __all__ = ["Candidate", "candidate_tensors", "expose_tensors", "run_exposed", "localize", "FP16_MAX", "node_bar"]
 

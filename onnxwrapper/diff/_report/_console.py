@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from onnxwrapper.diff._report._console_text import console_safe
+from onnxwrapper.diff._runs import timing_lines
 
 __all__ = ["render_table", "fmt", "fmt_metric"]
 
@@ -186,9 +187,6 @@ def render_table(result, *, color: bool = False, width: int | None = None) -> st
         if not r.ok and (r.cause or r.message):
             lines.append(f"      cause: {r.cause or r.message.splitlines()[0]}")
     if result.timings:
-        # on use: _model_run -> _api -> _result imports this module (an import cycle at module level)
-        from onnxwrapper.diff._runs._model_run import timing_lines
-
         lines += timing_lines(result.timings)
     lines += _app_lines(result)
     for label, items in result.divergences.items():

@@ -17,8 +17,8 @@ from __future__ import annotations
 import html
 import os
 
+from onnxwrapper.diff._capture import read_capture
 from onnxwrapper.diff._report import _plots
-from onnxwrapper.diff._capture._reader import read_capture
 from onnxwrapper.diff._report._console import fmt, fmt_metric
 
 __all__ = ["render_html", "write_html"]

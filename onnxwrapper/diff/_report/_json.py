@@ -16,7 +16,7 @@ import json
 import math
 import os
 
-from onnxwrapper.diff._capture._values import tool_versions
+from onnxwrapper.diff._capture import tool_versions
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "to_document", "write_json", "sanitize"]
 

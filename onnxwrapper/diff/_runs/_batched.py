@@ -20,7 +20,7 @@ import os
 import time
 from typing import Callable, Mapping
 
-from onnxwrapper.diff._capture._files import atomic_write
+from onnxwrapper.diff._capture import atomic_write
 
 __all__ = ["PROFILES_FILE", "batch_runner", "device_notes", "replay_batch", "write_device_profiles"]
 

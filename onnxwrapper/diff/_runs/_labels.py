@@ -11,8 +11,11 @@ that works as a folder name everywhere — and says what to write instead.
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
-__all__ = ["LABEL_PATTERN", "check_label"]
+from onnxwrapper._registry import default_registry
+
+__all__ = ["LABEL_PATTERN", "check_label", "parse_backends"]
 
 LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 _DEVICES = {"con", "prn", "aux", "nul"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)}
@@ -36,3 +39,28 @@ def check_label(label: str) -> str:
         raise ValueError(f"run label {label!r} is a reserved device name on Windows; choose another, e.g. "
                          f"'{label}-run=BACKEND'.")
     return label
+
+
+def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
+    """``"cpu,qnn,q32=qnn"`` or a list of such entries → ``{label: backend name}`` (canonical).
+
+    Raises:
+        onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
+        ValueError: empty list, a label given twice, or a label that cannot be a folder name
+            (:func:`check_label`: ``:``, ``?``, ``*``, device names, …).
+    """
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    result: dict[str, str] = {}
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        label, _, name = item.partition("=") if "=" in item else (item, "", item)
+        label, name = label.strip(), name.strip()
+        canonical = default_registry().resolve(name)
+        label = check_label(label) if "=" in item else canonical
+        if label in result:
+            raise ValueError(f"backend label '{label}' is given twice; name the second run 'LABEL={name}'.")
+        result[label] = canonical
+    if not result:
+        raise ValueError("no backend given (expected e.g. 'cpu,qnn').")
+    return result

@@ -28,8 +28,7 @@ import time
 import traceback
 
 from onnxwrapper import InferenceSession
-from onnxwrapper.diff._capture._writer import CaptureWriter
-from onnxwrapper.diff._capture._tensor_files import read_tensors
+from onnxwrapper.diff._capture import CaptureWriter, read_tensors
 
 __all__ = ["serve_model_request"]
 

@@ -28,8 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from onnxwrapper.diff._capture._values import model_key, sha256_file
-from onnxwrapper.diff._capture._tensor_files import TensorSet, read_tensors
+from onnxwrapper.diff._capture import TensorSet, model_key, read_tensors, sha256_file
 from onnxwrapper.kernel import node_args_from_onnx, ort_type_to_numpy, validate_feed
 
 __all__ = ["ModelInputs", "model_facts", "generate_inputs", "load_inputs", "load_data_loader", "check_inputs",

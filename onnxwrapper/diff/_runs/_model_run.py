@@ -23,12 +23,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._api import MANIFEST_FORMAT, _relative_run, _write_manifest, parse_backends
-from onnxwrapper.diff._capture._reader import CaptureFormatError, read_capture
+from onnxwrapper.diff._capture import (MANIFEST_FORMAT, CaptureFormatError, read_capture, relative_run, save_tensors,
+                                       write_manifest)
+from onnxwrapper.diff._runs._backend_run import BackendRun
+from onnxwrapper.diff._runs._labels import parse_backends
 from onnxwrapper.diff._runs._model_inputs import ModelInputs, check_inputs, generate_inputs, model_facts
-from onnxwrapper.diff._runs._orchestrate import read_status, run_child
-from onnxwrapper.diff._judge._result import BackendRun
-from onnxwrapper.diff._capture._tensor_files import save_tensors
+from onnxwrapper.diff._runs._orchestrate import run_child
+from onnxwrapper.diff._runs._status import read_status
 
 __all__ = ["Timing", "ModelRuns", "run_model", "timing_lines"]
 
@@ -289,7 +290,7 @@ def run_model(model, inputs: ModelInputs | Sequence[Mapping[str, Any]] | None = 
         "app": {"compare": ["none"], "filter": None, "rtol": None},
         "model_run": {"inputs": INPUTS_FILE, "origin": inputs.origin, "iterations": len(inputs), "warm_up": warm_up,
                       "notes": list(inputs.notes), "timings": {}, "partitions": {}}}
-    _write_manifest(directory, manifest)
+    write_manifest(directory, manifest)
     result = ModelRuns(model_path, directory, inputs, dict(labels))
     for k, (label, backend) in enumerate(labels.items()):
         if progress:
@@ -307,10 +308,10 @@ def run_model(model, inputs: ModelInputs | Sequence[Mapping[str, Any]] | None = 
                                        _simulated(backend), status.get("partition"))
         result.partitions[label] = status.get("partition")
         result.providers[label] = list(status.get("providers") or [])
-        manifest["runs"][label] = _relative_run(run, directory)
+        manifest["runs"][label] = relative_run(run, directory)
         manifest["model_run"]["timings"][label] = result.timings[label].to_dict()
         manifest["model_run"]["partitions"][label] = result.partitions[label]
-        _write_manifest(directory, manifest)
+        write_manifest(directory, manifest)
     if progress:
         progress("runs done", len(labels), len(labels))
     return result

@@ -30,12 +30,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from onnxwrapper.diff._runs._backend_run import BackendRun
 from onnxwrapper.diff._runs._child_env import child_environment
-from onnxwrapper.diff._judge._result import BackendRun
+from onnxwrapper.diff._runs._status import read_status
 from onnxwrapper.kernel import crash_name as process_crash_name
 from onnxwrapper.kernel import kill_process_tree, new_session_kwargs
 
-__all__ = ["Target", "run_child", "read_status", "crash_name", "exception_cause", "kill_child"]
+__all__ = ["Target", "run_child", "crash_name", "exception_cause", "kill_child", "log_tail"]
 
 _TAIL_LINES = 6
 _CAUSE_CHARS = 300
@@ -55,16 +56,9 @@ class Target:
         return {"argv": list(self.argv), "module": self.module, "cwd": self.cwd}
 
 
-def read_status(directory: str) -> dict | None:
-    """The child's ``status.json`` as a dict, or ``None`` when it wrote none."""
-    try:
-        with open(os.path.join(directory, "status.json"), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def _tail(path: str, lines: int = _TAIL_LINES) -> str:
+def log_tail(path: str, lines: int = _TAIL_LINES) -> str:
+    """The last ``lines`` non-blank lines of the log file at ``path`` (a child's stderr; its last 8 KiB
+    are read), ``""`` when it cannot be read."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -267,13 +261,13 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         return run
     if status is None:
         run.status = "error"
-        run.message = f"the child process ended (exit {run.returncode}) without a status: {_tail(err_path)}"
+        run.message = f"the child process ended (exit {run.returncode}) without a status: {log_tail(err_path)}"
         run.cause = _short(f"the child process ended (exit {run.returncode}) without a status: "
-                           f"{_tail(err_path, 1)}")
+                           f"{log_tail(err_path, 1)}")
         return run
     run.status = status.get("status", "error")
     if run.status != "ok":
-        tail = _tail(err_path)
+        tail = log_tail(err_path)
         run.message = status.get("message") or f"exit status {run.returncode}"
         if tail and run.status in ("script_failed", "error"):
             run.message += f"\n{tail}"
@@ -295,7 +289,7 @@ def _failure_cause(run: BackendRun, status: dict, err_path: str, target: Target 
         if cause is not None:
             run.exception = True
             return cause
-        last = _tail(err_path, 1)
+        last = log_tail(err_path, 1)
         return _short(f"exited with status {run.returncode}" + (f": {last}" if last else ""))
     return _short((status.get("message") or run.status).splitlines()[0])
 

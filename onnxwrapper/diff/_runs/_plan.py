@@ -23,10 +23,9 @@ import os
 import threading
 from typing import Callable, Mapping
 
-from onnxwrapper.diff._capture._reader import Capture, CaptureFormatError, read_capture
-from onnxwrapper.diff._judge._compare import diverging_inputs
+from onnxwrapper.diff._capture import Capture, CaptureFormatError, diverging_inputs, read_capture
+from onnxwrapper.diff._runs._backend_run import BackendRun
 from onnxwrapper.diff._runs._orchestrate import Target, run_child
-from onnxwrapper.diff._judge._result import BackendRun
 from onnxwrapper.diff._runs._schedule import Task, default_jobs, estimate_run_memory, run_tasks
 from onnxwrapper.kernel import available_memory
 

@@ -21,9 +21,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from onnxwrapper.diff._runs._backend_run import BackendRun
 from onnxwrapper.diff._runs._orchestrate import kill_child
 from onnxwrapper.kernel import available_memory, cpu_count
-from onnxwrapper.diff._judge._result import BackendRun
 
 __all__ = ["RUN_BASE_BYTES", "UNKNOWN_MODEL_BYTES", "Task", "default_jobs",
            "estimate_run_memory", "run_tasks"]

@@ -28,9 +28,12 @@ from typing import Callable, Iterable, Mapping
 import onnx
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._api import MANIFEST, check, run
-from onnxwrapper.diff._capture._reader import read_capture
-from onnxwrapper.diff._capture._files import unused_stem
+from onnxwrapper.diff._api import check, run
+from onnxwrapper.diff._capture import MANIFEST, malformed, read_capture, read_manifest, read_saved_report, unused_stem
+from onnxwrapper.diff._judge import Tolerance, Tolerances
+from onnxwrapper.diff._localize import localize_failures
+from onnxwrapper.diff._report import sanitize
+from onnxwrapper.errors import RecipeError
 from onnxwrapper.repair.fix._app_level import fix_app_level
 from onnxwrapper.repair.fix._candidates import REMEDIES, candidates_for
 from onnxwrapper.repair.fix._confirm import ConfirmCommand, confirm_command
@@ -38,13 +41,7 @@ from onnxwrapper.repair.fix._explain import why_not_repaired
 from onnxwrapper.repair.fix._ranges import reference_ranges
 from onnxwrapper.repair.fix._result import FixResult, ModelFix
 from onnxwrapper.repair.fix._verify import Trial, run_trial
-from onnxwrapper.diff._localize._runs import localize_failures
-from onnxwrapper.diff._capture._manifest import read_manifest, read_saved_report
-from onnxwrapper.diff._report._json import sanitize
-from onnxwrapper.diff._capture._untrusted import malformed
-from onnxwrapper.diff._judge._tolerance import Tolerance, Tolerances
-from onnxwrapper.errors import RecipeError
-from onnxwrapper.repair import ModelRecipe, RecipeBook, apply_recipe, scaled_tensors
+from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook, apply_recipe, scaled_tensors
 
 __all__ = ["fix", "tolerances_from_dict"]
 

@@ -29,7 +29,7 @@ from onnxwrapper.repair.fix._candidates import node_groups
 from onnxwrapper.repair.fix._result import ModelFix
 from onnxwrapper.repair.fix._verify import Trial
 from onnxwrapper.patches import name_unnamed_nodes
-from onnxwrapper.repair import ModelRecipe, RecipeBook
+from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook
 
 __all__ = ["decision_output", "app_candidates", "fix_app_level"]
 

@@ -33,7 +33,7 @@ from onnxwrapper.repair.fix._ranges import out_of_range, reference_ranges
 from onnxwrapper.repair.fix._rescale import exact_overflow_rewrites
 from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites
 from onnxwrapper.patches import GraphView, get_patch, list_patches, name_unnamed_nodes
-from onnxwrapper.repair import Rewrite
+from onnxwrapper.repair.recipe import Rewrite
 
 __all__ = ["REMEDIES", "Candidate", "candidates_for", "node_groups"]
 

@@ -27,9 +27,8 @@ import time
 import traceback
 
 from onnxwrapper import InferenceSession
-from onnxwrapper.diff._capture._writer import CaptureWriter
-from onnxwrapper.diff._capture._reader import read_capture
-from aipc_loader._diff_child import _write_status
+from onnxwrapper.diff._capture import CaptureWriter, read_capture
+from onnxwrapper.diff._runs import write_status
 
 
 def _replay(request: dict) -> int:
@@ -76,12 +75,12 @@ def _replay(request: dict) -> int:
     except Exception as exc:  # reported to the parent: the candidate does not run
         traceback.print_exc()
         writer.close()
-        _write_status(out, "script_failed", 1, f"{type(exc).__name__}: {exc}", calls=writer.calls_recorded)
+        write_status(out, "script_failed", 1, f"{type(exc).__name__}: {exc}", calls=writer.calls_recorded)
         return 1
     writer.close()
     with open(os.path.join(out, "fix.json"), "w", encoding="utf-8") as f:
         json.dump(facts, f, indent=1)
-    _write_status(out, "ok", 0, calls=writer.calls_recorded)
+    write_status(out, "ok", 0, calls=writer.calls_recorded)
     return 0
 
 

@@ -19,12 +19,13 @@ they asked for the recorded one and the script on their disk is byte-for-byte th
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-__all__ = ["ConfirmCommand", "script_sha256", "confirm_command", "RECORDED"]
+from onnxwrapper.diff._capture import script_sha256
+
+__all__ = ["ConfirmCommand", "confirm_command", "RECORDED"]
 
 RECORDED = "recorded"
 
@@ -37,18 +38,6 @@ class ConfirmCommand:
     argv: tuple
     module: bool = False
     cwd: str | None = None
-
-
-def script_sha256(path: str, cwd: str | None = None) -> str | None:
-    """Hex sha256 of the script file at ``path`` (relative to ``cwd``), ``None`` when unreadable."""
-    h = hashlib.sha256()
-    try:
-        with open(os.path.join(cwd or "", path), "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
 
 
 def confirm_command(target: Mapping | None, confirm, cwd: str | None) -> tuple[ConfirmCommand | None, str]:

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
-from onnxwrapper.diff._localize._expose import candidate_tensors
+from onnxwrapper.diff._localize import candidate_tensors
 
 __all__ = ["FP16_LIMIT", "reference_ranges", "out_of_range"]
 

@@ -26,7 +26,7 @@ import onnx
 
 from onnxwrapper.repair.fix._ranges import out_of_range, reference_ranges
 from onnxwrapper.patches import GraphView, PatchError, get_patch, name_unnamed_nodes
-from onnxwrapper.repair import Rewrite
+from onnxwrapper.repair.recipe import Rewrite
 
 __all__ = ["TARGET", "FLOOR", "JOIN_FLOOR", "MAX_DEPTH", "SATURATING", "exact_overflow_rewrites", "start_tensors"]
 

@@ -8,8 +8,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from onnxwrapper.diff._report._json import sanitize
-from onnxwrapper.diff._judge._result import EXIT_BACKEND_FAILED, EXIT_MISMATCH, EXIT_NOTHING_TO_REPAIR, EXIT_OK
+from onnxwrapper.diff._judge import EXIT_BACKEND_FAILED, EXIT_MISMATCH, EXIT_NOTHING_TO_REPAIR, EXIT_OK
+from onnxwrapper.diff._report import sanitize
 
 __all__ = ["ModelFix", "FixResult", "FIX_SCHEMA"]
 

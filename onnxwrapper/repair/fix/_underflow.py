@@ -25,7 +25,7 @@ import onnx
 from onnxwrapper.repair.fix._ranges import reference_ranges
 from onnxwrapper.repair.fix._rescale import TARGET, start_tensors
 from onnxwrapper.patches import GraphView, PatchError, get_patch, name_unnamed_nodes
-from onnxwrapper.repair import Rewrite
+from onnxwrapper.repair.recipe import Rewrite
 
 __all__ = ["UNDERFLOW", "ENOUGH", "MAX_REGIONS", "exact_underflow_rewrites"]
 

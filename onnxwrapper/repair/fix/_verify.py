@@ -19,12 +19,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from onnxwrapper.diff._capture._reader import CaptureFormatError, read_capture
-from onnxwrapper.diff._judge._compare import compare_captures
-from onnxwrapper.diff._runs._child_env import child_environment
-from onnxwrapper.diff._runs._orchestrate import _tail, crash_name, kill_child, read_status
+from onnxwrapper.diff._capture import CaptureFormatError, read_capture
+from onnxwrapper.diff._judge import compare_captures
+from onnxwrapper.diff._runs import child_environment, crash_name, kill_child, log_tail, read_status
 from onnxwrapper.kernel import new_session_kwargs
-from onnxwrapper.repair import ModelRecipe, RecipeBook
+from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook
 
 __all__ = ["Trial", "run_trial"]
 
@@ -126,7 +125,7 @@ def run_trial(trial: Trial, *, label: str, backend: str, options: dict, referenc
     status = read_status(capture)
     if error or status is None or status.get("status") != "ok":
         trial.status = "error"
-        tail = _tail(os.path.join(trial.directory, "stderr.txt"), 3)
+        tail = log_tail(os.path.join(trial.directory, "stderr.txt"), 3)
         trial.message = error or (status or {}).get("message") or f"exit status {code}: {tail}"
         return trial
     try:

@@ -1,6 +1,6 @@
 """The repair recipe: a small, versioned JSON file that says how to repair a model's accuracy on a backend.
 
-Written by ``aipc fix`` (``onnxwrapper.diff.fix``), applied by the QNN backend (backend option
+Written by ``aipc fix`` (:func:`onnxwrapper.repair.fix.fix`), applied by the QNN backend (backend option
 ``repairs``, ``python -m aipc --repairs FILE``, ``aipc compile --repairs FILE``). Format (version 1)::
 
     {
