@@ -376,7 +376,12 @@ class Tolerances:
 
 
 def as_tolerances(tolerances) -> Tolerances:
-    """``None``, a :class:`Tolerance` or :class:`Tolerances` → :class:`Tolerances`."""
+    """``None``, a :class:`Tolerance` or :class:`Tolerances` → :class:`Tolerances` (``None``: the
+    precision-aware defaults; a :class:`Tolerance`: the default for every output).
+
+    Raises:
+        TypeError: anything else.
+    """
     if tolerances is None:
         return Tolerances()
     if isinstance(tolerances, Tolerance):

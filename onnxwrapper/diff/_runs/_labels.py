@@ -1,4 +1,5 @@
-"""Run labels of ``aipc diff`` (``--backends cpu,q32=qnn``) become folder names of the diff directory.
+"""Run labels of ``aipc diff`` (``--backends cpu,q32=qnn``, read by :func:`parse_backends`) become folder
+names of the diff directory.
 
 A label therefore has to be a portable file name: on Windows ``< > : " / \\ | ? *`` and control
 characters are invalid in names, a name may not end in a dot or a space, and ``CON``, ``PRN``,
