@@ -68,6 +68,8 @@ def jsonable(value):
 
 
 def atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file of this process and thread and a rename,
+    so a reader sees the old file or the whole new one."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)

@@ -53,6 +53,7 @@ class Target:
     env: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """``argv``, ``module`` and ``cwd`` as JSON-ready data (the manifest's ``target``; not ``env``)."""
         return {"argv": list(self.argv), "module": self.module, "cwd": self.cwd}
 
 
