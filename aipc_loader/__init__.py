@@ -15,8 +15,9 @@ While active, ``onnxruntime.InferenceSession(...)`` — however the name was rea
 after activation — builds an :class:`onnxwrapper.InferenceSession` on the chosen backend, except
 for onnxruntime's own internal sessions; nothing else in onnxruntime changes. See
 :mod:`aipc_loader._patch` (the patch), :mod:`aipc_loader._script` (Python's script semantics),
-:mod:`aipc_loader._bootstrap` (child processes) and :mod:`aipc.cli` (the ``aipc``
-command). Importing this package patches nothing and does not import onnxruntime.
+:mod:`aipc_loader._bootstrap` (child processes), :mod:`aipc_loader._diff_child` (the per-backend
+child of ``aipc diff``) and :mod:`aipc.cli` (the ``aipc`` command). Importing this package patches
+nothing and does not import onnxruntime.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ import os
 import sys
 
 from aipc._exit_codes import EXIT_USAGE
-from onnxwrapper.diff import REMEDIES, console_safe, fix
+from onnxwrapper.diff import console_safe
+from onnxwrapper.repair.fix import REMEDIES, fix
 
 
 

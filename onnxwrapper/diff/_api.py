@@ -8,34 +8,20 @@ directory per run label; :func:`check` re-judges it with other tolerances withou
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import tempfile
 from typing import Callable, Iterable, Mapping
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._app_level import NONE, STDOUT, judge_app, needs_rerun
-from onnxwrapper.diff._batched import device_notes
-from onnxwrapper.diff._capture import DEFAULT_MAX_BYTES, parse_size
-from onnxwrapper.diff._capture_reader import Capture, CaptureFormatError, read_capture
-from onnxwrapper.diff._files import unused_stem
-from onnxwrapper.diff._fix_confirm import script_sha256
-from onnxwrapper.diff._labels import check_label
-from onnxwrapper.diff._compare import compare_captures
-from onnxwrapper.diff._localize_runs import localize_failures
-from onnxwrapper.diff._manifest_reader import read_manifest
-from onnxwrapper.diff._orchestrate import Target, run_child
-from onnxwrapper.diff._plots import prewarm as prewarm_report
-from onnxwrapper.diff._result import BackendRun, DiffResult
-from onnxwrapper.diff._run_plan import RunPlan
-from onnxwrapper.diff._tolerance import Tolerance, Tolerances
+from onnxwrapper.diff._capture import (DEFAULT_MAX_BYTES, MANIFEST, MANIFEST_FORMAT, Capture, parse_size, read_capture,
+                                       read_manifest, relative_run, script_sha256, unused_stem, write_manifest)
+from onnxwrapper.diff._judge import (NONE, STDOUT, DiffResult, as_tolerances, compare_captures, judge_app, judge_runs,
+                                     needs_rerun)
+from onnxwrapper.diff._localize import localize_failures
+from onnxwrapper.diff._report import prewarm as prewarm_report
+from onnxwrapper.diff._runs import BackendRun, RunPlan, Target, parse_backends, run_child
 
-__all__ = ["MANIFEST", "parse_backends", "run", "check", "compare", "default_directory", "report_paths",
-           "as_tolerances"]
-
-MANIFEST = "diff.json"
-MANIFEST_FORMAT = "onnxwrapper-diff"
-
+__all__ = ["run", "check", "compare", "default_directory", "report_paths"]
 
 def report_paths(directory: str, check: bool = False) -> tuple[str, str]:
     """``(json path, html path)`` of a report in ``directory``: ``report.json``/``report.html``
@@ -66,57 +52,6 @@ def default_directory(base: str | None = None, command: str = "diff") -> str:
         n += 1
         candidate = f"{path}-{n}"
     return candidate
-
-
-def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
-    """``"cpu,qnn,q32=qnn"`` or a list of such entries → ``{label: backend name}`` (canonical).
-
-    Raises:
-        onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
-        ValueError: empty list, a label given twice, or a label that cannot be a folder name
-            (:func:`onnxwrapper.diff._labels.check_label`: ``:``, ``?``, ``*``, device names, …).
-    """
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    result: dict[str, str] = {}
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        label, _, name = item.partition("=") if "=" in item else (item, "", item)
-        label, name = label.strip(), name.strip()
-        canonical = default_registry().resolve(name)
-        label = check_label(label) if "=" in item else canonical
-        if label in result:
-            raise ValueError(f"backend label '{label}' is given twice; name the second run 'LABEL={name}'.")
-        result[label] = canonical
-    if not result:
-        raise ValueError("no backend given (expected e.g. 'cpu,qnn').")
-    return result
-
-
-def as_tolerances(tolerances) -> Tolerances:
-    """``None``, a :class:`Tolerance` or :class:`Tolerances` → :class:`Tolerances`."""
-    if tolerances is None:
-        return Tolerances()
-    if isinstance(tolerances, Tolerance):
-        return Tolerances(default=tolerances)
-    if isinstance(tolerances, Tolerances):
-        return tolerances
-    raise TypeError(f"tolerances must be a Tolerance or Tolerances, got {type(tolerances).__name__}")
-
-
-def _write_manifest(directory: str, doc: dict) -> None:
-    tmp = os.path.join(directory, MANIFEST + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, default=str)
-    os.replace(tmp, os.path.join(directory, MANIFEST))
-
-
-def _relative_run(run: BackendRun, directory: str) -> dict:
-    d = run.to_dict()
-    for key in ("capture_dir", "stdout", "stderr"):
-        if d.get(key):
-            d[key] = os.path.relpath(d[key], directory)
-    return d
 
 
 def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu,qnn", reference: str = "cpu",
@@ -151,7 +86,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         cwd / env: working directory and extra environment variables of the script.
         progress: ``progress(stage: str, done: int, total: int)`` callback (the CLI's tqdm bars).
         echo: ``echo(label, stdout_text)`` called after each run with the script's standard output.
-        compare_output: the app-level comparison (:mod:`onnxwrapper.diff._app_level`):
+        compare_output: the app-level comparison (:mod:`onnxwrapper.diff._judge._app_level`):
             ``"stdout"`` (default), names of files the script writes (relative to ``cwd``), or
             ``("none",)``.
         output_filter: regular expression; only matching lines of the compared text take part.
@@ -159,7 +94,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
             budget; 0 = exact).
         jobs: how many backend runs may go at once (independent runs overlap; a replay starts as
             soon as the runs it needs have ended); ``None``: as many as this host has processors
-            and memory for (:mod:`onnxwrapper.diff._schedule`), ``1``: one after another. The
+            and memory for (:mod:`onnxwrapper.diff._runs._schedule`), ``1``: one after another. The
             results do not depend on it; each run keeps its own wall time.
 
     Returns:
@@ -190,11 +125,11 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
                 "target": {**tgt.to_dict(), "sha256": None if module else script_sha256(tgt.argv[0], tgt.cwd)},
                 "app": {"compare": list(compare_output), "filter": output_filter, "rtol": output_rtol}}
     files = [w for w in compare_output if w not in (STDOUT, NONE)]
-    _write_manifest(directory, manifest)
+    write_manifest(directory, manifest)
 
     def record(label: str, r: BackendRun) -> None:
-        manifest["runs"][label] = _relative_run(r, directory)
-        _write_manifest(directory, manifest)
+        manifest["runs"][label] = relative_run(r, directory)
+        write_manifest(directory, manifest)
 
     plan = RunPlan(directory, labels, reference, options, tgt, replay=replay, auto_replay=auto_replay,
                    timeout=timeout, max_bytes=max_bytes, max_calls_per_model=max_calls_per_model, files=files,
@@ -203,11 +138,11 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     runs = plan.run(jobs, progress)
     manifest["jobs"] = plan.jobs
     manifest["runs"] = {label: manifest["runs"][label] for label in runs}  # the plan's order
-    _write_manifest(directory, manifest)
+    write_manifest(directory, manifest)
     order = plan.order
     if progress:
         progress("runs done", len(runs), len(runs))
-    result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
+    result = judge_runs(directory, manifest, runs, as_tolerances(tolerances), progress)
     judge_app(result, compare=compare_output, filter_regex=output_filter, rtol=output_rtol)
     if not replay and needs_rerun(result):
         # a second reference run, unrecorded, tells volatile printed numbers (timings) apart
@@ -218,8 +153,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
                        timeout=timeout, env=tgt.env, files=files, capture=False)
         rr.label, rr.rerun_of = name, reference
         runs[name] = rr
-        manifest["runs"][name] = _relative_run(rr, directory)
-        _write_manifest(directory, manifest)
+        manifest["runs"][name] = relative_run(rr, directory)
+        write_manifest(directory, manifest)
         judge_app(result, compare=compare_output, filter_regex=output_filter, rtol=output_rtol)
     if localize:
         localize_failures(result, timeout=timeout, progress=progress, env=tgt.env)
@@ -232,40 +167,6 @@ def _app_items(compare_output) -> tuple:
     if NONE in items and len(items) > 1:
         raise ValueError(f"compare_output: 'none' cannot be combined with other items ({', '.join(items)}).")
     return items or (NONE,)
-
-
-def _judge(directory: str, manifest: dict, runs: dict, tolerances: Tolerances, progress) -> DiffResult:
-    reference = manifest["reference"]
-    caps: dict[str, Capture] = {}
-    for label, r in runs.items():
-        if r.capture_dir and os.path.exists(os.path.join(r.capture_dir, "capture.json")):
-            try:
-                caps[label] = read_capture(r.capture_dir)
-            except CaptureFormatError:
-                pass
-    replay_of = {lb: r.replay_of for lb, r in runs.items() if r.replay_of}
-    others = {lb: c for lb, c in caps.items() if lb != reference and lb not in replay_of and not runs[lb].rerun_of}
-    replayed = {replay_of[lb]: c for lb, c in caps.items() if lb in replay_of}
-    cb = (lambda d, t: progress("compare", d, t)) if progress else None
-    if reference in caps:
-        result = compare_captures(caps[reference], others, tolerances=tolerances,
-                                  mode=manifest.get("mode", "live"), progress=cb, reference_label=reference,
-                                  incomplete={lb for lb, r in runs.items() if not r.complete and not r.replay_of},
-                                  replayed=replayed)
-    else:
-        result = DiffResult(reference=reference, backends=list(others), mode=manifest.get("mode", "live"),
-                            tolerances=tolerances)
-        result.notes.append(f"the reference run '{reference}' left no readable capture: nothing was compared.")
-    result.reference = reference
-    result.backends = [lb for lb in manifest.get("backends", runs) if lb != reference]
-    result.runs = runs
-    result.directory = directory
-    result.script = {**manifest.get("target", {}), "mode": manifest.get("mode", "live")}
-    result.notes.extend(device_notes(runs))
-    if caps.get(reference) is not None and not caps[reference].calls and runs.get(reference) and runs[reference].ok:
-        result.notes.append("the script made no InferenceSession run call on the reference: nothing was compared "
-                            "(does it create its sessions through onnxruntime / onnxwrapper?).")
-    return result
 
 
 def check(directory, *, tolerances=None, localize: bool = False, timeout: float | None = None,
@@ -299,7 +200,7 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
             if d.get(key):
                 d[key] = os.path.join(directory, d[key])
         runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__ and v is not None})
-    result = _judge(directory, manifest, runs, as_tolerances(tolerances), progress)
+    result = judge_runs(directory, manifest, runs, as_tolerances(tolerances), progress)
     result.mode = "check"
     result.timings = dict((manifest.get("model_run") or {}).get("timings") or {})
     saved = manifest.get("app") or {}

@@ -7,9 +7,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from onnxwrapper.diff._api import run
-from onnxwrapper.diff._compare import compare_arrays
-from onnxwrapper.diff._result import DiffAssertionError, DiffResult
-from onnxwrapper.diff._tolerance import Tolerance
+from onnxwrapper.diff._judge import DiffAssertionError, DiffResult, Tolerance, compare_arrays
 
 __all__ = ["assert_backends_agree", "assert_close"]
 

@@ -24,14 +24,10 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._api import MANIFEST, _judge, _relative_run, _write_manifest, as_tolerances
-from onnxwrapper.diff._app_level import NONE, judge_app
-from onnxwrapper.diff._capture import CaptureWriter
-from onnxwrapper.diff._localize_runs import localize_failures
-from onnxwrapper.diff._model_inputs import model_facts
-from onnxwrapper.diff._model_run import ModelRuns
-from onnxwrapper.diff._result import BackendRun, DiffResult
-from onnxwrapper.diff._tensor_files import TensorSet, read_tensors
+from onnxwrapper.diff._capture import MANIFEST, CaptureWriter, TensorSet, read_tensors, relative_run, write_manifest
+from onnxwrapper.diff._judge import NONE, DiffResult, as_tolerances, judge_app, judge_runs
+from onnxwrapper.diff._localize import localize_failures
+from onnxwrapper.diff._runs import BackendRun, ModelRuns, model_facts
 
 __all__ = ["compare_model_runs"]
 
@@ -174,9 +170,9 @@ def compare_model_runs(runs: ModelRuns, *, reference: str | None = None, golden=
     manifest["reference"] = reference
     manifest["backends"] = {**{lb: r.backend for lb, r in all_runs.items() if lb in goldens}, **runs.labels}
     manifest["goldens"] = list(goldens)
-    manifest["runs"] = {lb: _relative_run(r, runs.directory) for lb, r in all_runs.items()}
-    _write_manifest(runs.directory, manifest)
-    result = _judge(runs.directory, manifest, all_runs, as_tolerances(tolerances), progress)
+    manifest["runs"] = {lb: relative_run(r, runs.directory) for lb, r in all_runs.items()}
+    write_manifest(runs.directory, manifest)
+    result = judge_runs(runs.directory, manifest, all_runs, as_tolerances(tolerances), progress)
     judge_app(result, compare=(NONE,))  # a model run: leaves result.app empty
     result.timings = {lb: t.to_dict() for lb, t in runs.timings.items()}
     result.notes[:0] = list(runs.inputs.notes) + notes

@@ -1,13 +1,18 @@
 """``onnxwrapper.repair``: repair recipes — what ``aipc fix`` found makes a model agree on a backend.
 
-A recipe (:mod:`onnxwrapper.repair._recipe`, docs/repair.md) is a small versioned JSON file keyed
+A recipe (:mod:`onnxwrapper.repair.recipe`, docs/repair.md) is a small versioned JSON file keyed
 by the sha256 of the model file: registered rewrites (:mod:`onnxwrapper.patches`) at named nodes,
 node groups to run on the CPU, and a precision. This package reads, validates and writes recipes,
 applies their rewrites in memory (:func:`apply_recipe`), checks them against the model where they
 are applied (:func:`check_recipe`: no constant and no recorded peak leaves FP16's range, else an
 :class:`UnverifiedRecipeWarning`) and splits a model at its CPU nodes
 (:func:`split_stages`, :func:`boundary_types`, :func:`part_model`, :func:`assemble`). Backends apply recipes (the QNN
-backend's option ``repairs``); ``onnxwrapper.diff.fix`` makes them.
+backend's option ``repairs``); :func:`onnxwrapper.repair.fix.fix` (``aipc fix``) makes them.
+
+Two subpackages: :mod:`onnxwrapper.repair.recipe` — the format, its checks, applying it and
+splitting at CPU nodes (the kernel layer: backends apply recipes), re-exported here exactly; and
+:mod:`onnxwrapper.repair.fix` — what makes and verifies recipes from a failing diff (it builds on
+:mod:`onnxwrapper.diff`). Importing this package does not import :mod:`onnxwrapper.repair.fix`.
 
 Example::
 
@@ -23,11 +28,9 @@ Importing it imports onnx, onnxruntime and numpy only; no I/O.
 
 from __future__ import annotations
 
-from onnxwrapper.repair._apply import RepairedModel, apply_recipe
-from onnxwrapper.repair._checks import UnverifiedRecipeWarning, check_recipe, scaled_tensors
-from onnxwrapper.repair._recipe import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
-                                        model_sha256)
-from onnxwrapper.repair._split import ModelPart, assemble, boundary_types, part_model, split_stages, tensor_types
+from onnxwrapper.repair.recipe import (FORMAT, PRECISIONS, VERSION, ModelPart, ModelRecipe, RecipeBook, RepairedModel, Rewrite,
+                                      UnverifiedRecipeWarning, apply_recipe, assemble, boundary_types, check_recipe,
+                                      load_recipes, model_sha256, part_model, scaled_tensors, split_stages, tensor_types)
 
 __all__ = [
     "FORMAT",

@@ -209,13 +209,14 @@ def test_every_command_writing_a_run_folder_puts_it_in_the_working_directory_and
 def test_one_table_of_exit_statuses_shared_by_the_library_and_documented():
     from aipc import _exit_codes  # here, not at the top: each test fails alone on main
     from onnxwrapper import diff
+    from onnxwrapper.repair.fix import FixResult
 
     codes = [row[0] for row in _exit_codes.TABLE]
     assert len(codes) == len(set(codes))
     assert (diff.EXIT_OK, diff.EXIT_MISMATCH, diff.EXIT_BACKEND_FAILED, diff.EXIT_NOTHING_TO_REPAIR,
             diff.EXIT_USAGE) == (_exit_codes.EXIT_OK, _exit_codes.EXIT_FAILED, _exit_codes.EXIT_RUN_FAILED,
                                  _exit_codes.EXIT_NOTHING_TO_DO, _exit_codes.EXIT_USAGE)
-    assert diff.FixResult(directory="d").exit_status == _exit_codes.EXIT_NOTHING_TO_DO  # main: 2, as a failed run
+    assert FixResult(directory="d").exit_status == _exit_codes.EXIT_NOTHING_TO_DO  # main: 2, as a failed run
     doc = (ROOT / "docs" / "loader.md").read_text(encoding="utf-8")
     for status, meaning, _ in _exit_codes.TABLE:
         assert re.search(rf"^\| {status} \| {re.escape(meaning)} \|", doc, re.M), (status, meaning)

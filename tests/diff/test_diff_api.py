@@ -72,3 +72,22 @@ def test_import_is_quiet():
 
 def test_public_surface():
     assert set(diff.__all__) == {n for n in dir(diff) if not n.startswith("_")} - {"annotations"}
+
+
+def test_fix_names_moved_to_repair_fix_with_a_deprecation_warning():
+    from onnxwrapper.repair import fix as repair_fix  # the new home (issue 28)
+
+    for name in ("fix", "FixResult", "REMEDIES"):
+        with pytest.warns(DeprecationWarning, match=rf"onnxwrapper\.diff\.{name} moved to onnxwrapper\.repair\.fix\.{name}"):
+            assert getattr(diff, name) is getattr(repair_fix, name)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        diff.no_such_name  # noqa: B018
+
+
+def test_the_diff_imports_nothing_of_the_loader_and_the_recipes_nothing_of_the_fix():
+    # the per-backend child is the loader's (python -m aipc_loader._diff_child), started by name;
+    # backends import onnxwrapper.repair, which must not pull in the fix (it builds on the diff)
+    code = ("import sys, onnxwrapper.diff, onnxwrapper.repair; "
+            "print(sorted(m for m in ('aipc_loader', 'onnxwrapper.repair.fix') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -12,9 +12,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from onnxwrapper import diff
-from onnxwrapper.diff._app_output import compare_bytes, compare_texts, timing_positions, tokenize, volatile_mask
-from onnxwrapper.diff._class_scores import class_score_outputs, looks_like_probabilities
-from onnxwrapper.diff._orchestrate import exception_cause
+from onnxwrapper.diff._judge._app_output import compare_bytes, compare_texts, timing_positions, tokenize, volatile_mask
+from onnxwrapper.diff._judge._class_scores import class_score_outputs, looks_like_probabilities
+from onnxwrapper.diff._runs._orchestrate import exception_cause
 from tests import models
 
 

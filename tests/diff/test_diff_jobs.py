@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from onnxwrapper.diff._orchestrate import kill_child
-from onnxwrapper.diff._result import BackendRun
-from onnxwrapper.diff._schedule import (RUN_BASE_BYTES, Task, default_jobs, estimate_run_memory, run_tasks)
+from onnxwrapper.diff._runs._orchestrate import kill_child
+from onnxwrapper.diff._runs._backend_run import BackendRun
+from onnxwrapper.diff._runs._schedule import (RUN_BASE_BYTES, Task, default_jobs, estimate_run_memory, run_tasks)
 from tests.test_diff_support import aipc_diff, child_env, conv_project, write_script  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow  # outside the fast subset: parallel `aipc diff` runs

@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from onnxwrapper.diff import BackendRun, Tolerance
-from onnxwrapper.diff._localize import candidate_tensors, expose_tensors, localize, run_exposed
+from onnxwrapper.diff._localize._search import candidate_tensors, expose_tensors, localize, run_exposed
 from tests import models
 
 N = 20

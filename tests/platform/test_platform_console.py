@@ -77,14 +77,14 @@ def test_valid_run_labels_are_kept():
                                         (0xC0000409, "STACK_BUFFER_OVERRUN (0xC0000409)"),
                                         (0xC0001234, "NTSTATUS 0xC0001234"), (1, None), (0, None)])
 def test_ntstatus_crash_codes_are_named_on_windows(monkeypatch, code, name):
-    from onnxwrapper.diff._orchestrate import crash_name
+    from onnxwrapper.diff._runs._orchestrate import crash_name
 
     monkeypatch.setattr(sys, "platform", "win32")
     assert crash_name(code) == name
 
 
 def test_a_timeout_on_windows_kills_the_process_tree(monkeypatch, tmp_path):
-    from onnxwrapper.diff._orchestrate import kill_child
+    from onnxwrapper.diff._runs._orchestrate import kill_child
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     calls = []

@@ -18,7 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")
 
 #: packages with a curated ``__all__`` (onnxwrapper itself also forwards onnxruntime's names: test_surface.py)
-PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "onnxwrapper.patches", "onnxwrapper.repair",
+PACKAGES = ["onnxwrapper.kernel", "onnxwrapper.toolkit", "onnxwrapper.diff", "onnxwrapper.diff._capture", "onnxwrapper.diff._runs",
+            "onnxwrapper.diff._judge", "onnxwrapper.diff._localize", "onnxwrapper.diff._report", "onnxwrapper.patches",
+            "onnxwrapper.repair", "onnxwrapper.repair.recipe", "onnxwrapper.repair.fix",
             "onnxwrapper.errors", "onnxwrapper.backends", "onnxwrapper.backends.base", "onnxwrapper.backends.qnn",
             "onnxwrapper.backends.qai", "onnxwrapper.backends.snpe", "onnxwrapper.backends.cpu",
             "onnxwrapper.backends.aihub", "aipc_loader", "aipc", "aipc.args", "aipc.commands"]

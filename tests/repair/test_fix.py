@@ -14,12 +14,13 @@ import onnxruntime as ort
 import pytest
 
 from onnxwrapper import diff
-from onnxwrapper.diff._fix import tolerances_from_dict
-from onnxwrapper.diff._fix_candidates import candidates_for, node_groups
-from onnxwrapper.diff._fix_ranges import reference_ranges
-from onnxwrapper.diff._fix_rescale import TARGET, exact_overflow_rewrites
-from onnxwrapper.diff._fix_verify import Trial
+from onnxwrapper.repair.fix._api import tolerances_from_dict
+from onnxwrapper.repair.fix._candidates import candidates_for, node_groups
+from onnxwrapper.repair.fix._ranges import reference_ranges
+from onnxwrapper.repair.fix._rescale import TARGET, exact_overflow_rewrites
+from onnxwrapper.repair.fix._verify import Trial
 from onnxwrapper.repair import ModelRecipe, apply_recipe
+from onnxwrapper.repair.fix import FixResult
 from tests import repair_models
 from tests.test_diff_support import aipc_diff, child_env, conv_project  # noqa: F401
 
@@ -87,9 +88,9 @@ def test_tolerances_survive_the_report_round_trip():
 
 
 def test_report_text_and_exit_status():
-    result = diff.FixResult(directory="d")
+    result = FixResult(directory="d")
     assert result.exit_status == 3 and "nothing to repair" in result.text()
-    from onnxwrapper.diff._fix_report import ModelFix
+    from onnxwrapper.repair.fix._result import ModelFix
 
     m = ModelFix("qnn", "pow-123", "a" * 64, {"cause": "node", "culprit": {"node": "pow"}}, [(1, 0)])
     m.baseline = Trial("baseline", "x", status="fail", worst={"snr_db": -150.0}, bar_db=27.07, npu_nodes=4,
@@ -135,7 +136,7 @@ def test_overflows_through_residual_streams_and_normalizations_get_bit_exact_res
     (1e5 after a SiLU, 1e10 before an InstanceNorm, a skip connection): the rescales found are
     bit-identical to the original on onnxruntime's CPU, and nothing is left beyond FP16's range but
     what saturating ops read."""
-    from onnxwrapper.diff._fix_ranges import out_of_range
+    from onnxwrapper.repair.fix._ranges import out_of_range
 
     data = getattr(repair_models, build)()
     scale = 3.0 if len(x) == 2 else 1.0
@@ -151,7 +152,7 @@ def test_overflows_through_residual_streams_and_normalizations_get_bit_exact_res
 
 
 def test_an_unrepaired_recurrent_model_says_why_and_what_precision_would():
-    from onnxwrapper.diff._fix_explain import why_not_repaired
+    from onnxwrapper.repair.fix._explain import why_not_repaired
 
     model = onnx.load_model_from_string(repair_models.lstm_drift())
     base = Trial("baseline", "the model as it is", status="fail", worst={"output": "hn", "snr_db": 6.8}, bar_db=27.07)

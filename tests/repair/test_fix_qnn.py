@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from onnxwrapper import diff
+from onnxwrapper.repair.fix import fix
 from tests import repair_models
 from tests.test_diff_support import aipc_diff, child_env, write_script  # noqa: F401
 
@@ -63,7 +63,7 @@ def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
                if not o["passed"]}
     assert failing == {"ln_sumsq", "mm_ln", "mm_chain", "softmax"}
 
-    result = diff.fix(d, localize=False, cwd=tmp_path, confirm=True)  # the recorded script, its sha256 checked
+    result = fix(d, localize=False, cwd=tmp_path, confirm=True)  # the recorded script, its sha256 checked
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
     expected = {"ln_sumsq": {"rescale"}, "mm_ln": {"rescale"}, "mm_chain": {"rescale"}, "softmax": {"softmax_stable"}}
@@ -107,7 +107,7 @@ def test_a_wrong_kernel_is_repaired_by_the_node_on_the_cpu_and_by_a_kernel_avoid
     assert "'conv' on the CPU" in proc.stdout and "NPU 3/4 nodes (unrepaired 4/4)" in proc.stdout
 
     # kernel-avoiding rewrites in their order: the undilated kernel is as wrong, tap by tap is right
-    result = diff.fix(d, remedies=("kernel",), output=tmp_path / "kernel.json", confirm=False)
+    result = fix(d, remedies=("kernel",), output=tmp_path / "kernel.json", confirm=False)
     (m,) = result.models
     assert [(t.title, t.status) for t in m.trials] == [("dilated_conv at 'conv'", "fail"), ("conv_taps at 'conv'", "pass")]
     assert m.recipe.rewrites[0].rewrite == "conv_taps" and m.chosen.cpu_nodes == []
@@ -148,7 +148,7 @@ def test_each_family_gets_a_verified_recipe(tmp_path, child_env):
     d = tmp_path / "d"
     proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    result = diff.fix(d, localize=False, confirm=True, cwd=tmp_path, env=child_env)
+    result = fix(d, localize=False, confirm=True, cwd=tmp_path, env=child_env)
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
     assert set(by_model) == {"t5_ffn", "unet_block", "lstm_drift"}, result.text()
@@ -183,10 +183,10 @@ def test_an_app_level_mismatch_whose_tensors_pass_is_repaired_by_the_script(tmp_
     d = tmp_path / "d"
     proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
     assert proc.returncode == 1 and "MISMATCH (app output)" in proc.stdout, proc.stdout + proc.stderr
-    untried = diff.fix(d, cwd=tmp_path, env=child_env)  # judging a candidate runs the script: only one you name
+    untried = fix(d, cwd=tmp_path, env=child_env)  # judging a candidate runs the script: only one you name
     assert untried.app_untried == ["qnn"] and not untried.models and untried.exit_status == 1, untried.text()
     assert "--confirm-with" in untried.text()
-    result = diff.fix(d, confirm=True, cwd=tmp_path, env=child_env)
+    result = fix(d, confirm=True, cwd=tmp_path, env=child_env)
     assert result.exit_status == 0, result.text()
     (m,) = result.models
     assert m.chosen.kind == "cpu" and m.recipe.cpu_subgraphs == (("score",),)

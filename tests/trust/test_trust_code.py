@@ -13,8 +13,9 @@ import pytest
 
 from aipc.args._script_literals import comment_line, docstring
 from onnxwrapper import diff
-from onnxwrapper.diff import _fix
+from onnxwrapper.repair.fix import _api as _fix
 from onnxwrapper.repair import ModelRecipe
+from onnxwrapper.repair.fix import fix
 from tests import models
 from tests.diff.test_diff_api import perturb_registered  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, conv_project  # noqa: F401 (fixture)
@@ -80,25 +81,25 @@ def _fix_confirm_digest(path) -> str:
 
 def test_fix_never_runs_the_script_a_received_diff_names(tmp_path, received_diff):
     d, script, hostile, env = received_diff
-    result = diff.fix(d, localize=False, cwd=tmp_path, env=env)
+    result = fix(d, localize=False, cwd=tmp_path, env=env)
     assert not (tmp_path / "PWNED").exists() and result.confirmation is None
     assert any("A diff folder never chooses what runs" in n for n in result.notes), result.notes
     # --confirm: the recorded command only when the script has the recorded digest (forged here)
-    asked = diff.fix(d, localize=False, cwd=tmp_path, env=env, confirm=True, output=tmp_path / "r2.json")
+    asked = fix(d, localize=False, cwd=tmp_path, env=env, confirm=True, output=tmp_path / "r2.json")
     assert not (tmp_path / "PWNED").exists() and asked.confirmation is None
     assert any("differs from the one the diff ran" in n for n in asked.notes), asked.notes
 
 
 def test_fix_confirms_with_the_command_the_user_names(tmp_path, received_diff):
     d, script, hostile, env = received_diff
-    result = diff.fix(d, localize=False, cwd=tmp_path, env=env, confirm=[str(script)], output=tmp_path / "r.json")
+    result = fix(d, localize=False, cwd=tmp_path, env=env, confirm=[str(script)], output=tmp_path / "r.json")
     assert not (tmp_path / "PWNED").exists()
     assert result.confirmation is not None and any("named by you" in n for n in result.notes)
     # the recorded command runs when its script is byte-for-byte the one recorded
     manifest = json.loads((d / "diff.json").read_text())
     manifest["target"].update(argv=[str(script)], sha256=_fix_confirm_digest(script))
     (d / "diff.json").write_text(json.dumps(manifest))
-    recorded = diff.fix(d, localize=False, cwd=tmp_path, env=env, confirm="recorded", output=tmp_path / "r3.json")
+    recorded = fix(d, localize=False, cwd=tmp_path, env=env, confirm="recorded", output=tmp_path / "r3.json")
     assert recorded.confirmation is not None and any("sha256" in n and "checked" in n for n in recorded.notes)
 
 

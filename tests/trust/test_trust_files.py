@@ -22,6 +22,7 @@ from numpy.lib import format as npformat
 from aipc.commands._capture_signatures import plan_capture
 from onnxwrapper import diff
 from onnxwrapper.errors import MalformedFileError
+from onnxwrapper.repair.fix import fix
 from tests import models
 from tests.conftest import run_python
 from tests.test_diff_support import child_env  # noqa: F401 (fixture)
@@ -237,7 +238,7 @@ def test_a_received_diff_json_is_checked_field_by_field(tmp_path):
     (d / "diff.json").write_text(json.dumps({"reference": "cpu", "runs": {}}))
     (d / "report.json").write_text(json.dumps({"tolerances": {"default": {"atol": "x"}}}))
     with pytest.raises(MalformedFileError, match=r"report.json: tolerances.default.atol: found str"):
-        diff.fix(d)
+        fix(d)
 
 
 def test_polygraphy_arrays_are_read_without_unpickling(tmp_path):

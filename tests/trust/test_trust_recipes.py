@@ -12,8 +12,8 @@ import onnx
 import pytest
 
 import onnxwrapper
-from onnxwrapper.diff._fix_ranges import reference_ranges
-from onnxwrapper.diff._fix_rescale import exact_overflow_rewrites
+from onnxwrapper.repair.fix._ranges import reference_ranges
+from onnxwrapper.repair.fix._rescale import exact_overflow_rewrites
 from onnxwrapper.errors import RecipeError
 from onnxwrapper.repair import (ModelRecipe, RecipeBook, Rewrite, UnverifiedRecipeWarning, apply_recipe, check_recipe,
                                 load_recipes, model_sha256, scaled_tensors)
