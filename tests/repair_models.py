@@ -261,3 +261,26 @@ def scalar_crossing() -> bytes:
              nh.from_array(np.array(2, np.int64), "two_i")]
     inputs = [_vi("x", [4, 16]), _vi("state", [2, 1, 8]), h.make_tensor_value_info("sr", T.INT64, [])]
     return make_model(h.make_graph(nodes, "scalars", inputs, [_vi("y", [4, 16])], inits))
+
+
+def ffn_softmax() -> bytes:
+    """A feed-forward block feeding a classifier's ``Softmax``: ``Softmax(Relu(x @ Wi) @ Wo)`` whose
+    logits reach ≈ 5.8e5 for :func:`ffn_inputs` (beyond FP16; on the CPU each row's largest logit leads
+    its second by thousands: a one-hot output). The ``Softmax`` is not scale-invariant, so no
+    power-of-two rescale is exact. On the HTP the logits saturate, several per row alike, and the
+    ``Softmax`` splits its mass between them; clamping them to ±64504 (``clamp_fp16``, T5's FP16 fix)
+    ties them the same way; the MatMul and the ``Softmax`` on the CPU repair it.
+    x: float[8, 64], y: float[8, 16]."""
+    rng = np.random.default_rng(0)
+    nodes = [h.make_node("MatMul", ["x", "wi"], ["ffi"], name="/ffn/wi/MatMul"),
+             h.make_node("Relu", ["ffi"], ["ffr"], name="/ffn/act/Relu"),
+             h.make_node("MatMul", ["ffr", "wo"], ["logits"], name="/ffn/wo/MatMul"),
+             h.make_node("Softmax", ["logits"], ["y"], name="/head/Softmax", axis=-1)]
+    inits = [nh.from_array((rng.standard_normal((WIDTH, 4 * WIDTH)) * 0.2).astype(np.float32), "wi"),
+             nh.from_array((rng.standard_normal((4 * WIDTH, 16)) * 3000).astype(np.float32), "wo")]
+    return make_model(h.make_graph(nodes, "ffn_softmax", [_vi("x", [8, WIDTH])], [_vi("y", [8, 16])], inits))
+
+
+def ffn_inputs(seed: int = 0) -> np.ndarray:
+    """The input :func:`ffn_softmax` was measured with (x: float[8, 64])."""
+    return (np.random.default_rng(seed).standard_normal((8, WIDTH)) * 3).astype(np.float32)

@@ -129,7 +129,7 @@ FAMILY_SCRIPT = """
     rng = np.random.default_rng(0)
     feeds = {"t5_ffn.onnx": (rng.standard_normal((4, 64)) * 3).astype(np.float32),
              "unet_block.onnx": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
-             "lstm_drift.onnx": repair_models.lstm_inputs()}
+             "lstm_drift.onnx": repair_models.lstm_inputs(), "ffn_softmax.onnx": repair_models.ffn_inputs()}
     for name, x in feeds.items():
         y = ort.InferenceSession(name).run(None, {"x": x})[0]
         print(name, "argmax", y.reshape(y.shape[0], -1).argmax(-1).tolist())
@@ -139,10 +139,12 @@ FAMILY_SCRIPT = """
 def test_each_family_gets_a_verified_recipe(tmp_path, child_env):
     """T5's FFN overflow into an RMSNorm (a residual stream: rescale with join), a U-Net block with 1e10
     before an InstanceNorm (two rescales; the SiLU reads saturated values), an LSTM whose state drifts
-    (the recurrent node on the CPU): `aipc fix` finds each recipe, the replays pass, and the script
+    (the recurrent node on the CPU), an FFN overflow into a Softmax that no rescale absorbs (T5's clamp
+    verified on the simulator and refused — the HTP saturates the logits alike either way — then the
+    out-of-range region on the CPU): `aipc fix` finds each recipe, the replays pass, and the script
     run again with the recipe passes at both levels."""
     for name, build in (("t5_ffn", repair_models.t5_rmsnorm_after_ffn), ("unet_block", repair_models.unet_block_instancenorm),
-                        ("lstm_drift", repair_models.lstm_drift)):
+                        ("lstm_drift", repair_models.lstm_drift), ("ffn_softmax", repair_models.ffn_softmax)):
         (tmp_path / f"{name}.onnx").write_bytes(build())
     script = write_script(tmp_path, FAMILY_SCRIPT)
     d = tmp_path / "d"
@@ -151,15 +153,27 @@ def test_each_family_gets_a_verified_recipe(tmp_path, child_env):
     result = fix(d, localize=False, confirm=True, cwd=tmp_path, env=child_env)
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
-    assert set(by_model) == {"t5_ffn", "unet_block", "lstm_drift"}, result.text()
-    t5, unet, lstm = by_model["t5_ffn"], by_model["unet_block"], by_model["lstm_drift"]
-    for m in (t5, unet, lstm):
+    assert set(by_model) == {"t5_ffn", "unet_block", "lstm_drift", "ffn_softmax"}, result.text()
+    t5, unet, lstm, ffn = by_model["t5_ffn"], by_model["unet_block"], by_model["lstm_drift"], by_model["ffn_softmax"]
+    for m in (t5, unet, lstm, ffn):
         assert m.baseline.status == "fail" and m.chosen.status == "pass", result.text()
         assert m.chosen.worst["snr_db"] > m.chosen.bar_db > m.baseline.worst["snr_db"]
     assert t5.chosen.kind == "exact" and [(r.rewrite, r.params.get("join")) for r in t5.recipe.rewrites] == [
         ("rescale", True)] and t5.recipe.rewrites[0].node == "/enc/DenseReluDense/wo/MatMul"
     assert unet.chosen.kind == "exact" and [r.node for r in unet.recipe.rewrites] == ["down/conv0", "res/conv1"]
     assert lstm.chosen.kind == "cpu" and lstm.recipe.cpu_subgraphs == (("lstm",),) and lstm.chosen.cpu_nodes == ["lstm"]
+    # no exact rewrite; the known clamp is verified (it runs; the HTP's saturated logits tie the same way
+    # clamped ones do), then the region on the CPU passes, with its cost in the report
+    known, region = ffn.trials
+    assert [r.rewrite for r in known.recipe.rewrites] == ["clamp_fp16"] and known.status == "fail", result.text()
+    assert known.worst["snr_db"] < known.bar_db and (known.npu_nodes, known.total_nodes) == (5, 5)
+    assert ffn.chosen is region and region.kind == "cpu" and region.status == "pass", result.text()
+    assert ffn.recipe.cpu_subgraphs == (("/ffn/wo/MatMul", "/head/Softmax"),) and not ffn.recipe.rewrites
+    assert (region.npu_nodes, region.total_nodes) == (2, 4) and region.call_seconds > 0
+    text = result.text()
+    assert "known     FAIL" in text and "clamp_fp16 changes the reference's values beyond ±64504 of 'logits'" in text
+    assert "NPU 2/4 nodes (unrepaired 4/4)" in text and "NPU 5/5 nodes (unrepaired 4/4)" in text
+    assert "as unrepaired" in text and "already saturates values beyond its range" in text  # why the clamp did not help
     assert result.confirmation.passed, result.confirmation.verdict_line()
     assert "s)" in result.text() and result.seconds > 0  # seconds per candidate and in total
 

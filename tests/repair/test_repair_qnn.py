@@ -4,12 +4,17 @@ baked in by ``compile_model`` / ``aipc compile --repairs`` and applied by ``pyth
 
 from __future__ import annotations
 
+import glob
+import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import warnings
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 
@@ -154,6 +159,71 @@ def test_a_cpu_if_of_a_model_with_control_inputs_runs_as_its_inlined_branch(tmp_
         assert "LSTM" in {op for _n, op in report.cpu_nodes} and "If_2" in report.note
 
 
+def _compile_entries(root) -> dict:
+    """``{key: provenance record}`` of the compile entries (not the assembled models) in cache ``root``."""
+    entries = {}
+    for manifest in glob.glob(os.path.join(root, "entries", "*", "manifest.json")):
+        with open(manifest, encoding="utf-8") as f:
+            meta = json.load(f)["meta"]
+        if "provenance" in meta:
+            entries[os.path.basename(os.path.dirname(manifest))] = meta["provenance"]
+    return entries
+
+
+def test_parts_are_cached_by_their_content_so_recipes_cutting_them_alike_share_them(tmp_path, pow_model, caplog):
+    """Two recipes whose CPU subgraphs start at the same node (two ``aipc fix`` candidates) cut the same
+    first NPU part: it is compiled once (was: every part keyed by the recipe's digest, so only a repeat
+    of the same recipe hit the cache). The part's entry records the part's own content hash, so another
+    part's files planted under its key do not answer (rebuilt, with a WARNING)."""
+    from onnxwrapper.kernel import ModelSource
+    from onnxwrapper.repair import boundary_types, part_model, split_stages
+
+    path, sha = pow_model
+    root = tmp_path / "cache"
+    x = repair_models.pow_inputs(2)
+    ref = cpu(path.read_bytes(), {"x": x})
+    pow_only = recipe_file(tmp_path, sha, "a.json", cpu_subgraphs=(("pow",),))  # mul | pow | sum, sqrt
+    pow_sum = recipe_file(tmp_path, sha, "b.json", cpu_subgraphs=(("pow", "sum"),))  # mul | pow, sum | sqrt
+
+    def run(rfile) -> list:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="onnxwrapper.qnn"):
+            sess = onnxwrapper.InferenceSession(str(path), backend="qnn",
+                                                backend_options={"repairs": str(rfile), "cache_dir": str(root)})
+            assert snr_db(sess.run(None, {"x": x})[0], ref) > 40
+        return [r.getMessage() for r in caplog.records if "compiling" in r.getMessage()]
+
+    first = run(pow_only)
+    assert len(first) == 2 and "part 1/3" in first[0] and "part 3/3" in first[1], first
+    before = _compile_entries(root)
+    second = run(pow_sum)
+    assert len(second) == 1 and "part 3/3" in second[0], second  # the first part came from the cache
+    # every part's entry names the part's own content (the bytes it was compiled from)
+    model = onnx.load(str(path))
+    hashes = {}
+    for cpu_nodes in (("pow",), ("pow", "sum")):
+        parts = split_stages(model, cpu_nodes)
+        types = boundary_types(model, parts)
+        for p in parts:
+            if p.kind == "npu":
+                hashes[cpu_nodes, p.stage] = ModelSource(None, part_model(model, p, types).SerializeToString()
+                                                         ).content_hash()
+    entries = _compile_entries(root)
+    assert len(set(hashes.values())) == 3 and {r["source_sha256"] for r in entries.values()} == set(hashes.values())
+    # the attacker's move: the second recipe's last part planted under the shared first part's key
+    (shared,) = [k for k, r in entries.items() if r["source_sha256"] == hashes[("pow",), 0]]
+    (planted,) = [k for k in entries if k not in before]
+    shutil.rmtree(root / "entries" / shared)
+    shutil.copytree(root / "entries" / planted, root / "entries" / shared)
+    manifest = root / "entries" / shared / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["key"] = shared
+    manifest.write_text(json.dumps(doc))
+    again = run(pow_only)
+    assert len(again) == 1 and "part 1/3" in again[0], again
+    assert "does not answer for this session: it was compiled from another model" in caplog.text
+
+
 def test_a_recipe_for_another_model_is_refused_and_never_applied(tmp_path, pow_model):
     path, sha = pow_model
     other = tmp_path / "other.onnx"
@@ -191,6 +261,7 @@ def test_compile_model_bakes_the_recipe_into_the_context_model(tmp_path, pow_mod
 
 AIPC_SCRIPT = """
 import numpy as np
+import onnx
 import onnxruntime as ort
 from tests import repair_models
 

@@ -2,7 +2,11 @@
 
 The model (already rewritten by the recipe) is split at its CPU nodes
 (:func:`onnxwrapper.repair.split_stages`); each NPU part is compiled by the normal QNN pipeline to
-its own EPContext model and context binary (cached like any compile); then the parts are assembled
+its own EPContext model and context binary, cached like any compile under its own content — the part
+model's bytes, the QNN options, the session's configuration and the versions
+(:func:`part_store`), never the recipe — so a part that two recipes (two ``aipc fix`` candidates,
+a recipe and its edit, a repaired session and a later one) cut alike is compiled once, and its cache
+hit is checked against the part's own provenance record; then the parts are assembled
 (:func:`onnxwrapper.repair.assemble`) into one EPContext model: the ``EPContext`` nodes of every
 NPU part, each pointing at its own context binary, and the CPU nodes as ordinary ONNX nodes.
 One onnxruntime session with the QNN EP runs it — the QNN EP takes the ``EPContext`` nodes, the
@@ -26,21 +30,22 @@ from typing import Mapping
 import onnx
 
 from onnxwrapper.backends.qnn.compile import CTX_NAME
-from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore, Compiled, EpContextFromOnnx
+from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore, Compiled, EpContextFromOnnx, model_key
 from onnxwrapper.errors import ArtifactError, PartitionError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
 from onnxwrapper.patches import name_unnamed_nodes
 from onnxwrapper.repair import assemble, boundary_types, part_model, split_stages
 
-__all__ = ["CPU_REASON", "StitchedEpContext", "inlined_cpu_nodes", "merge_reports", "self_contained", "split_parts",
-           "write_stitched"]
+__all__ = ["CPU_REASON", "StitchedEpContext", "inlined_cpu_nodes", "merge_reports", "part_store", "self_contained",
+           "split_parts", "write_stitched"]
 
 EP = "QNNExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 CPU_REASON = "repair recipe: runs on the CPU (the QNN result of this subgraph failed verification; see the recipe)"
 _EMPTY_REASON = "repair recipe: the QNN EP took no node of this part, so it runs on the CPU"
-#: part of the cache keys of parts and assembled models; bump when what is built changes
-STITCH_FORMAT = "qnn-stitched-v2"
+#: part of the cache keys of assembled models; bump when what is assembled changes (a part's key is
+#: its content's, :func:`part_store`)
+STITCH_FORMAT = "qnn-stitched-v3"
 
 
 def merge_reports(proto: onnx.ModelProto, parts, reports: Mapping[int, PartitionReport], *, source: str,
@@ -108,6 +113,26 @@ def self_contained(proto: onnx.ModelProto, directory: str | None) -> onnx.ModelP
         proto = onnx.ModelProto.FromString(proto.SerializeToString())
         load_external_data_for_model(proto, directory)
     return proto
+
+
+def part_store(setup, part: onnx.ModelProto) -> tuple[bytes, CacheStore]:
+    """``(bytes, store)`` to compile one part model ``part`` (:func:`onnxwrapper.repair.part_model`) into
+    the compile cache under the key of its own content, as any model: the part's bytes (and what the
+    user's SessionOptions add, :func:`~onnxwrapper.backends.qnn.model.model_key`), the QNN options,
+    the session configuration, the versions, the patches. Whichever recipe or specialization cut the
+    part, the same bytes find the same entry, and the entry's provenance record names the part's
+    content hash (a hit of another part's files is refused and rebuilt,
+    :mod:`onnxwrapper.backends.qnn.compile._cache_provenance`). A part is a self-contained static
+    model (external data loaded, shapes and control values bound), so its bytes are all it is.
+
+    The part is compiled from bytes without a model folder: onnxruntime then names its QNN
+    partitions by a hash of the part's own tensor names, so the parts of one assembled model get
+    distinct ``EPContext`` node names (with a folder they all hash to the same name and cannot share
+    one model; measured, onnxruntime 1.32 + onnxruntime-qnn 2.7.0).
+    """
+    data = part.SerializeToString()
+    source = ModelSource(None, data)
+    return data, CacheStore(setup.with_source(source), part, model_key(source, setup.user_so))
 
 
 def split_parts(proto, cpu_nodes):
@@ -186,17 +211,10 @@ class StitchedEpContext:
             if part.kind != "npu":
                 continue
             pm = part_model(proto, part, types)
-            key = make_key({"format": STITCH_FORMAT, "part": part.stage, "model": self.model_key,
-                            "cpu": list(cpu_nodes), "values": bound,
-                            "shapes": {k: list(v) for k, v in sorted((shapes or {}).items())}})
-            data = pm.SerializeToString()
-            # compiled from bytes without a model folder: onnxruntime then names the QNN partitions by
-            # a hash of the part's own tensor names, so the parts' EPContext nodes get distinct names
-            # (with the folder they all hash to the same name and cannot share one model; measured)
-            setup = self.setup.with_source(ModelSource(None, data))
+            data, store = part_store(self.setup, pm)  # keyed by the part's content, not the recipe
             try:
-                compiled[part.stage] = EpContextFromOnnx(CacheStore(setup, pm, key))(
-                    data, pm, None, f"{note} part {part.stage + 1}/{len(parts)}")
+                compiled[part.stage] = EpContextFromOnnx(store)(data, pm, None,
+                                                                f"{note} part {part.stage + 1}/{len(parts)}")
             except PartitionError:
                 continue  # the QNN EP takes none of its nodes: it runs on the CPU
         reports = {k: c.report for k, c in compiled.items()}

@@ -37,7 +37,7 @@ from onnxwrapper.errors import RecipeError
 from onnxwrapper.repair.fix._app_level import fix_app_level
 from onnxwrapper.repair.fix._candidates import REMEDIES, candidates_for
 from onnxwrapper.repair.fix._confirm import ConfirmCommand, confirm_command
-from onnxwrapper.repair.fix._explain import why_not_repaired
+from onnxwrapper.repair.fix._explain import clamp_notes, why_not_repaired
 from onnxwrapper.repair.fix._ranges import reference_ranges
 from onnxwrapper.repair.fix._result import FixResult, ModelFix
 from onnxwrapper.repair.fix._verify import Trial, run_trial
@@ -211,6 +211,7 @@ def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies
             mf.recipe = _with_checks(_verified(recipe, trial, mf, run_), proto, feeds)
             if not try_all:
                 break
+    mf.notes += clamp_notes(mf.baseline, mf.trials)
     if mf.recipe is None:
         mf.notes += why_not_repaired(proto, mf.localization, mf.baseline, mf.trials)
 

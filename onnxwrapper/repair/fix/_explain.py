@@ -16,7 +16,7 @@ import math
 
 import onnx
 
-__all__ = ["DB_PER_BIT", "why_not_repaired"]
+__all__ = ["DB_PER_BIT", "clamp_notes", "why_not_repaired"]
 
 #: SNR gained per significant bit of a rounding-limited computation: 20·log10(2)
 DB_PER_BIT = 20 * math.log10(2)
@@ -62,4 +62,24 @@ def why_not_repaired(model: onnx.ModelProto, localization: dict | None, baseline
         shown = f"{worst:.1f} dB" if isinstance(worst, (int, float)) else "—"
         notes.append(f"{t.title}: {t.status}, worst {shown} — the FP16 error entering the state from the NPU part "
                      f"before it is what remains" if t.status == "fail" else f"{t.title}: {t.status}")
+    return notes
+
+
+def clamp_notes(baseline, trials) -> list:
+    """A note for each failed ``known`` (``clamp_fp16``) trial whose outputs came out as the unrepaired
+    model's (worst SNR within 0.1 dB): the backend's FP16 arithmetic saturates values beyond its range
+    itself, which is all a clamp does (measured on the QNN HTP simulator: a MatMul whose reference
+    output reaches 4.2e5 returns 65536; logits beyond FP16's range, saturated or clamped, tie alike
+    in a ``Softmax``), so a model that needs those values needs them computed in range or elsewhere."""
+    before = (baseline.worst or {}).get("snr_db") if baseline is not None else None
+    if not isinstance(before, (int, float)) or not math.isfinite(before):
+        return []
+    notes = []
+    for t in trials:
+        after = (t.worst or {}).get("snr_db")
+        if t.kind == "known" and t.status == "fail" and isinstance(after, (int, float)) and abs(after - before) < 0.1:
+            notes.append(f"{t.title}: worst {after:.1f} dB, as unrepaired ({before:.1f} dB) — the backend's FP16 "
+                         f"arithmetic already saturates values beyond its range, which is what the clamp does; the "
+                         f"overflowing values themselves are needed (computed in range, on the CPU, or at a higher "
+                         f"precision)")
     return notes
