@@ -73,6 +73,16 @@ def test_candidates_come_cheapest_and_most_exact_first():
     assert cands[1].cpu_subgraphs == (("mm1", "bias1", "relu", "mm2"),)  # mm2 reads the out-of-range relu
 
 
+def test_a_change_two_remedies_arrive_at_is_judged_once():
+    """A localized culprit that is the recurrent node itself: 'the recurrent node on the CPU' and
+    ''lstm' on the CPU' are one recipe, so it is listed (compiled, replayed) once, with a note."""
+    model = onnx.load_model_from_string(repair_models.lstm_drift(steps=16))
+    loc = {"cause": "node", "culprit": {"node": "lstm", "tensor": "Y"}}
+    cands, notes = candidates_for(model, loc, [{"x": repair_models.lstm_inputs(steps=16)}], "fp16", remedies=("cpu",))
+    assert [c.cpu_subgraphs for c in cands] == [(("lstm",),)], [c.title for c in cands]
+    assert any("makes the same change as" in n and "judged once" in n for n in notes), notes
+
+
 def test_node_groups_are_connected_subgraphs():
     chain = onnx.load_model_from_string(repair_models.matmul_chain())
     assert node_groups(chain, ["relu", "mm1", "mm2"]) == (("mm1",), ("relu", "mm2"))

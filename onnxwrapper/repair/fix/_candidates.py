@@ -25,6 +25,7 @@ they never make a correct result worse, and a model may need both (an overflow a
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 
 import onnx
@@ -234,4 +235,20 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
                                 higher_precision, exactness="the backend's own higher-precision arithmetic"))
     if not culprits and loc and loc.get("cause") in _NODE_CAUSES:
         notes.append("the localized node was not found in the model")
-    return result, notes
+    return _distinct(result, notes), notes
+
+
+def _distinct(candidates: list, notes: list) -> list:
+    """``candidates`` without the ones that make the same change as an earlier one (two remedies can
+    arrive at one recipe, e.g. a culprit that is the recurrent node: each costs a compile and replays),
+    with a note per candidate dropped."""
+    kept, seen = [], {}
+    for cand in candidates:
+        key = json.dumps([[r.to_dict() for r in cand.rewrites], [list(g) for g in cand.cpu_subgraphs],
+                          cand.precision], sort_keys=True)
+        if key in seen:
+            notes.append(f"'{cand.title}' makes the same change as '{seen[key]}': judged once")
+            continue
+        seen[key] = cand.title
+        kept.append(cand)
+    return kept
