@@ -206,9 +206,9 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
                         stacklevel=2)
         if "bins" in compiled.meta:  # rescued by a graph split: one stitched EPContext model, several binaries
             if dlc_dir:
-                raise BackendOptionError(f"{label} compiles only as several QNN contexts ({report.recovery_summary()}); "
-                                         f"DLC export of such a model is not supported. Export without --dlc.",
-                                         backend="qnn")
+                raise BackendOptionError(f"{label} compiles only as several QNN contexts "
+                                         f"({report.recovery_summary()}); DLC export of such a model is not "
+                                         f"supported. Export without --dlc.", backend="qnn")
             moves = _stitched_moves(compiled.ctx_path, tmp, output_path, record, overwrite)
         else:
             moves = [(compiled.ctx_path, output_path)]

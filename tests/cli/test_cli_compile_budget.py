@@ -107,8 +107,8 @@ def test_aipc_compile_from_capture_takes_the_budget(tmp_path):
     from onnx import TensorProto as T
     from onnx import helper as h
 
-    graph = h.make_graph([h.make_node("Relu", ["X"], ["Y"])], "relu", [h.make_tensor_value_info("X", T.FLOAT, ["N", 4])],
-                         [h.make_tensor_value_info("Y", T.FLOAT, ["N", 4])])
+    io = [h.make_tensor_value_info(name, T.FLOAT, ["N", 4]) for name in ("X", "Y")]
+    graph = h.make_graph([h.make_node("Relu", ["X"], ["Y"])], "relu", io[:1], io[1:])
     (tmp_path / "relu.onnx").write_bytes(models.make_model(graph))
     with start_capture(tmp_path / "cap"):
         onnxwrapper.InferenceSession(str(tmp_path / "relu.onnx"), backend="cpu").run(None, {"X": np.ones((2, 4),
