@@ -17,7 +17,7 @@ import onnxruntime
 import pytest
 
 import onnxwrapper
-from onnxwrapper.errors import CompileFailedError
+from onnxwrapper.errors import CompileFailedError, PartitionError
 from onnxwrapper.kernel import PartialOffloadWarning
 from onnxwrapper.repair import ModelRecipe, RecipeBook, model_sha256
 from tests import recovery_models as rm
@@ -64,6 +64,24 @@ def test_compile_model_rescues_a_graph_failing_whole_into_a_stitched_artifact_se
         compile_model(str(tmp_path / "g.onnx"), tmp_path / "strict_ctx.onnx", dict(options, strict=True))
     assert (info.value.rung, info.value.error_name) == ("graph split", "QNN_COMMON_ERROR_MEM_ALLOC")
     assert not (tmp_path / "strict_ctx.onnx").exists()
+
+
+@pytest.mark.qnn
+@needs_qnn
+def test_a_compile_no_part_of_which_compiles_is_remembered_and_not_tried_again(tmp_path, caplog):
+    from onnxwrapper.backends.qnn import compile_model
+
+    (tmp_path / "g.onnx").write_bytes(rm.gelu_net(batch=1, length=16))
+    options = {"cache_dir": str(tmp_path / "cache"), "compile_memory_mb": 1}  # below the compiler's start-up
+    with pytest.raises(PartitionError, match="could compile no part .* budget:memory"):
+        compile_model(str(tmp_path / "g.onnx"), tmp_path / "g_ctx.onnx", options)
+    with caplog.at_level(logging.INFO, logger="onnxwrapper.qnn"), pytest.raises(PartitionError) as info:
+        compile_model(str(tmp_path / "g.onnx"), tmp_path / "g_ctx.onnx", options)
+    assert "recorded in the compile cache" in str(info.value) and info.value.report.recovery[-1]["rung"] == "cpu"
+    assert "for the QNN HTP" not in caplog.text  # no compile tried again
+    with pytest.raises(CompileFailedError, match="budget:memory"):  # strict: the typed compile failure
+        compile_model(str(tmp_path / "g.onnx"), tmp_path / "g_ctx.onnx", dict(options, strict=True))
+    assert not (tmp_path / "g_ctx.onnx").exists()
 
 
 def _recipe(tmp_path, data: bytes, **fields) -> str:

@@ -24,7 +24,8 @@ first that compiles is used:
    rung raises :class:`~onnxwrapper.errors.CompileFailedError` naming the model, the shapes, the
    rung and the largest tensor of the failing nodes.
 
-What was taken is recorded twice: in the compiled model's partition report
+What was taken — also that no part compiled (rung ``cpu``: the replay raises the same
+``PartitionError``, or under strict the ``CompileFailedError``, without compiling) — is recorded twice: in the compiled model's partition report
 (:attr:`~onnxwrapper.kernel.PartitionReport.recovery`, shown by ``get_partition()``, ``aipc -v`` and
 the diff report) and in the compile cache (a :class:`~onnxwrapper.backends.qnn.compile.CompileMemo`
 next to the would-be entry of the failed compile), so a later session goes straight to the rung that
@@ -56,7 +57,7 @@ from onnxwrapper.backends.qnn.recovery._batch_split import chunk_sizes, rebatch
 from onnxwrapper.backends.qnn.recovery._graph_split import GraphSplit, SplitRange
 from onnxwrapper.backends.qnn.settings import QnnSettings, QnnSetup
 from onnxwrapper.errors import PartitionError
-from onnxwrapper.kernel import make_key
+from onnxwrapper.kernel import PartitionReport, make_key
 
 __all__ = ["RecoveringCompile", "batch_split_of", "largest_tensor", "option_candidates", "recovering_step"]
 
@@ -200,7 +201,12 @@ class RecoveringCompile:
             first = exc
         steps = [{"rung": "as given", "result": "failed", "error": _error_text(first),
                   "seconds": round(time.perf_counter() - start, 2)}]
-        compiled, record = self._ladder(first, steps, model_input, proto, shapes, label, values)
+        try:
+            compiled, record = self._ladder(first, steps, model_input, proto, shapes, label, values)
+        except PartitionError as exc:  # no part compiled: remembered too, so the next compile does not retry
+            if exc.report is not None and exc.report.recovery:
+                memo.remember({"rung": "cpu", "steps": list(exc.report.recovery), "partition": exc.report.to_dict()})
+            raise
         memo.remember(record)
         return compiled
 
@@ -294,6 +300,14 @@ class RecoveringCompile:
         steps = [dict(s) for s in record.get("steps", ())]
         rung = record["rung"]
         _log.info("onnxwrapper qnn: %s failed to compile before; using the recorded recovery (%s)", note, rung)
+        if rung == "cpu":  # no part compiled before: every node on the CPU (strict: the typed error)
+            report = PartitionReport.from_dict(record["partition"]).with_source("cache")
+            first = steps[0].get("error", "") if steps else ""
+            if self.setup.settings.strict:
+                self._strict_replay(note, shapes, first)(report.cpu_nodes, "no part of the graph compiles")
+            raise PartitionError(f"The QNN HTP could compile no part of {note} ({report.recovery_summary()}; "
+                                 f"recorded in the compile cache).", backend="qnn", cpu_nodes=report.cpu_nodes,
+                                 report=report)
         if rung == "options":
             compiled = self._options(record["options"], model_input, proto, shapes, note, values)
         elif rung == "batch split":
