@@ -25,9 +25,9 @@ first that compiles is used:
    rung and the largest tensor of the failing nodes.
 
 What was taken — also that no part compiled (rung ``cpu``: the replay raises the same
-``PartitionError``, or under strict the ``CompileFailedError``, without compiling) — is recorded twice: in the compiled model's partition report
-(:attr:`~onnxwrapper.kernel.PartitionReport.recovery`, shown by ``get_partition()``, ``aipc -v`` and
-the diff report) and in the compile cache (a :class:`~onnxwrapper.backends.qnn.compile.CompileMemo`
+``PartitionError``, or under strict the ``CompileFailedError``, without compiling) — is recorded
+twice: in the compiled model's partition report (:attr:`~onnxwrapper.kernel.PartitionReport.recovery`,
+shown by ``get_partition()``, ``aipc -v`` and the diff report) and in the compile cache (a :class:`~onnxwrapper.backends.qnn.compile.CompileMemo`
 next to the would-be entry of the failed compile), so a later session goes straight to the rung that
 worked and never retries what failed.
 
