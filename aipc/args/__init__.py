@@ -10,7 +10,8 @@ which the command runs and ``--gen-script`` writes out. Modules, each one concep
   :mod:`aipc.args._script_literals`: names from elsewhere written as inert literals);
 * :mod:`aipc.args._parser` — :class:`CommandParser`, whose errors are usage errors (exit status
   64) naming the nearest option (:mod:`aipc.args._option_suggest`);
-* :mod:`aipc.args._run_options` — the run options of ``aipc run`` and their environment variables;
+* :mod:`aipc.args._run_options` — the run options of ``aipc run`` and their environment variables
+  (their compile budget is shared by ``aipc diff`` and ``aipc compile``);
 * :mod:`aipc.args._model` — the model workflows' groups (model, data loader, backends, run,
   golden outputs, ``--gen-script``);
 * :mod:`aipc.args._compare` — the comparison's groups (tolerances, localization, reports), which
@@ -22,10 +23,10 @@ The commands (:mod:`aipc.commands`) import this package, never its modules.
 from aipc.args._compare import CompareArgs, LocalizeArgs, ReportArgs, ToleranceArgs
 from aipc.args._groups import ArgGroup, Tool, absolute, parse_bracketed
 from aipc.args._model import (BackendArgs, BackendsArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs, ModelArgs,
-                              ModelRunArgs, argv_text, parse_backend_options)
+                              ModelRunArgs, argv_text, parse_backend_options, with_compile_budget)
 from aipc.args._parser import CommandParser
 from aipc.args._plan import Call, Plan, Ref
-from aipc.args._run_options import RunSettings, add_run_options, resolve_settings
+from aipc.args._run_options import RunSettings, add_compile_budget, add_run_options, compile_budget, resolve_settings
 
 __all__ = [
     "ArgGroup",
@@ -47,9 +48,12 @@ __all__ = [
     "ToleranceArgs",
     "Tool",
     "absolute",
+    "add_compile_budget",
     "add_run_options",
     "argv_text",
+    "compile_budget",
     "parse_backend_options",
     "parse_bracketed",
     "resolve_settings",
+    "with_compile_budget",
 ]

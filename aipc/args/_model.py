@@ -10,10 +10,10 @@ import os
 from aipc._exit_codes import UsageError
 from aipc.args._groups import ArgGroup, absolute, parse_bracketed
 from aipc.args._plan import Call, Plan, Ref
-from aipc.args._run_options import add_run_options, resolve_settings
+from aipc.args._run_options import add_compile_budget, add_run_options, compile_budget, resolve_settings
 
 __all__ = ["ModelArgs", "DataLoaderArgs", "BackendArgs", "BackendsArgs", "ModelRunArgs", "GoldenArgs",
-           "GenScriptArgs", "parse_backend_options", "argv_text"]
+           "GenScriptArgs", "parse_backend_options", "with_compile_budget", "argv_text"]
 
 
 def parse_backend_options(items, labels) -> dict:
@@ -38,6 +38,23 @@ def parse_backend_options(items, labels) -> dict:
     if unknown:
         raise UsageError(f"--backend-option for {', '.join(unknown)}, which is not in --backends")
     return options
+
+
+def with_compile_budget(options: dict, labels, budget) -> dict:
+    """``options`` (``{label: {key: value}}``, from :func:`parse_backend_options`) with the compile
+    budget (:func:`aipc.args.compile_budget`) added to every run whose backend declares its keys (qnn);
+    a key the run's own ``--backend-option`` sets wins. ``labels``: ``{label: backend name}``."""
+    if not budget:
+        return options
+    from onnxwrapper._registry import default_registry  # onnxruntime's import time: only with a budget
+
+    result = {label: dict(given) for label, given in options.items()}
+    for label, name in labels.items():
+        declared = set(getattr(default_registry().get(name), "options", {}) or {})
+        extra = {k: v for k, v in budget.items() if k in declared and k not in result.get(label, {})}
+        if extra:
+            result.setdefault(label, {}).update(extra)
+    return result
 
 
 class ModelArgs(ArgGroup):
@@ -172,6 +189,7 @@ class BackendsArgs(ArgGroup):
         group.add_argument("--backend-option", action="append", default=[], metavar="LABEL:KEY=VALUE",
                            help="backend option of one run, e.g. qnn:precision=fp32 (repeatable; VALUE parsed as "
                                 "JSON when possible)")
+        add_compile_budget(group)  # the run options' budget, for the runs whose backend compiles (qnn)
 
     def parse_impl(self, args) -> None:
         from onnxwrapper.diff import parse_backends
@@ -182,7 +200,8 @@ class BackendsArgs(ArgGroup):
         except (ValueError, BackendNotFoundError) as exc:
             raise UsageError(str(exc)) from exc
         self.reference = args.reference
-        self.options = parse_backend_options(args.backend_option, self.labels)
+        self.options = with_compile_budget(parse_backend_options(args.backend_option, self.labels), self.labels,
+                                           compile_budget(args))
         self.verbose = 0
 
 

@@ -2,7 +2,9 @@
 script.py``, shared by ``aipc run MODEL.onnx`` (:class:`aipc.args._model.BackendArgs`), ``aipc
 capture`` and ``aipc compile --from-capture``, and their ``AIPC_*`` environment variables
 (:mod:`aipc_loader._env`): an option given on the command line wins over the variable, which wins
-over the default.
+over the default. Their compile budget (``--compile-timeout``, ``--compile-memory-mb``:
+:func:`add_compile_budget`, :func:`compile_budget`) is also an option of every command that compiles
+for the QNN HTP outside ``aipc run`` (``aipc diff``, ``aipc compile``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from aipc._exit_codes import UsageError
 from aipc_loader import _env
 
-__all__ = ["add_run_options", "resolve_settings", "RunSettings"]
+__all__ = ["add_compile_budget", "add_run_options", "compile_budget", "resolve_settings", "RunSettings"]
 
 
 def _positive(option: str, integer: bool = False):
@@ -36,6 +38,11 @@ def _integer(name: str, text: str) -> int:
     return int(value)
 
 
+#: the compile budget's settings: (attribute, environment variable, parser of the variable)
+_BUDGET = (("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
+           ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer))
+
+
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """Add the run options (backend group) to ``parser``.
 
@@ -54,12 +61,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help=f"backend option 'strict': a node left on the CPU is an error [{_env.ENV_STRICT}]")
     group.add_argument("--cache-dir", metavar="DIR",
                        help=f"backend option 'cache_dir': compiled-artifact cache [{_env.ENV_CACHE_DIR}]")
-    group.add_argument("--compile-timeout", metavar="SECONDS", type=_positive("--compile-timeout"),
-                       help=f"backend option 'compile_timeout': wall time one compile may take before the "
-                            f"recovery ladder takes over [{_env.ENV_COMPILE_TIMEOUT}]")
-    group.add_argument("--compile-memory-mb", metavar="MIB", type=_positive("--compile-memory-mb", integer=True),
-                       help=f"backend option 'compile_memory_mb': memory one compile may use "
-                            f"[{_env.ENV_COMPILE_MEMORY_MB}]")
+    add_compile_budget(group)
     group.add_argument("-v", "--verbose", action="count", default=None,
                        help=f"say what aipc does on stderr; -vv also shows onnxwrapper's debug log "
                             f"[{_env.ENV_VERBOSE}=0|1|2]")
@@ -68,6 +70,52 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--repairs", metavar="FILE",
                        help="repair recipe (aipc fix): backend option 'repairs' for the models it names; other "
                             "models run unchanged")
+
+
+def add_compile_budget(group) -> None:
+    """Add ``--compile-timeout`` and ``--compile-memory-mb`` (the QNN compile budget; default ``None``:
+    :func:`compile_budget` then reads the environment variables) to ``group`` (a parser or group)."""
+    group.add_argument("--compile-timeout", metavar="SECONDS", type=_positive("--compile-timeout"),
+                       help=f"backend option 'compile_timeout': wall time one compile may take before the "
+                            f"recovery ladder takes over [{_env.ENV_COMPILE_TIMEOUT}]")
+    group.add_argument("--compile-memory-mb", metavar="MIB", type=_positive("--compile-memory-mb", integer=True),
+                       help=f"backend option 'compile_memory_mb': memory one compile may use "
+                            f"[{_env.ENV_COMPILE_MEMORY_MB}]")
+
+
+def _pick(args, attr: str, var: str, parse, env) -> tuple[Any, str | None]:
+    """``(value, "option" | "env")`` of setting ``attr``: the parsed option, else the environment
+    variable ``var`` (parsed by ``parse``), else ``(None, None)``.
+
+    Raises:
+        EnvError: the variable has an unusable value.
+    """
+    value = getattr(args, attr, None)  # commands that lack an option leave it to the variable
+    if value is not None:
+        return value, "option"
+    raw = env.get(var)
+    if raw is None or raw.strip() == "":
+        return None, None
+    return (parse(var, raw) if parse else raw.strip()), "env"
+
+
+def compile_budget(args: argparse.Namespace, environ=None) -> dict[str, Any]:
+    """The compile budget as backend options, ``{"compile_timeout": s, "compile_memory_mb": MiB}``
+    (only those set): the options, else ``AIPC_COMPILE_TIMEOUT`` / ``AIPC_COMPILE_MEMORY_MB``.
+
+    Raises:
+        UsageError: an environment variable has an unusable value.
+    """
+    env = os.environ if environ is None else environ
+    budget = {}
+    try:
+        for attr, var, parse in _BUDGET:
+            value, _source = _pick(args, attr, var, parse, env)
+            if value is not None:
+                budget[_env.OPTION_KEYS[attr]] = value
+    except _env.EnvError as exc:
+        raise UsageError(str(exc)) from exc
+    return budget
 
 
 @dataclass
@@ -97,22 +145,12 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
     """
     env = os.environ if environ is None else environ
     try:
-        def pick(value, var, parse=None):
-            if value is not None:
-                return value, "option"
-            raw = env.get(var)
-            if raw is None or raw.strip() == "":
-                return None, None
-            return (parse(var, raw) if parse else raw.strip()), "env"
-
-        backend, _ = pick(args.backend, _env.ENV_BACKEND)
+        backend, _ = _pick(args, "backend", _env.ENV_BACKEND, None, env)
         settings = RunSettings(backend or _env.DEFAULT_BACKEND)
         for attr, var, parse in (("target", _env.ENV_TARGET, None), ("precision", _env.ENV_PRECISION, None),
                                  ("strict", _env.ENV_STRICT, _env.parse_bool),
-                                 ("cache_dir", _env.ENV_CACHE_DIR, None),
-                                 ("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
-                                 ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer)):
-            value, source = pick(getattr(args, attr, None), var, parse)  # other commands lack some
+                                 ("cache_dir", _env.ENV_CACHE_DIR, None)) + _BUDGET:
+            value, source = _pick(args, attr, var, parse, env)
             if value is None:
                 continue
             if attr == "cache_dir":
@@ -123,9 +161,9 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
                 settings.env_only_options.add(key)
         if getattr(args, "repairs", None):  # models without a recipe in the file run as they are
             settings.backend_options["repairs"] = {"file": os.path.abspath(args.repairs), "required": False}
-        verbose, _ = pick(args.verbose, _env.ENV_VERBOSE, _env.parse_verbosity)
+        verbose, _ = _pick(args, "verbose", _env.ENV_VERBOSE, _env.parse_verbosity, env)
         settings.verbose = int(verbose or 0)
-        report, _ = pick(args.report_partition, _env.ENV_REPORT_PARTITION, _env.parse_bool)
+        report, _ = _pick(args, "report_partition", _env.ENV_REPORT_PARTITION, _env.parse_bool, env)
         settings.report_partition = bool(report)
         return settings
     except _env.EnvError as exc:

@@ -7,12 +7,15 @@ usage: aipc compile MODEL -o OUT [--target T] [--precision fp16|fp32|w8a16|w8a8]
                     [--shape NAME=D0,D1,...]... [--dim NAME=N]...
                     [--per-tensor] [--no-keep-fragile] [--dlc] [--profile]
                     [--no-patch] [--no-check] [--overwrite] [--json]
+                    [--compile-timeout S] [--compile-memory-mb MIB]
        aipc compile --from-capture DIR [--jobs N] […]   every shape of a captured run, into the
                     compile cache, in parallel (`aipc compile --from-capture DIR --help`)
 
 OUT is a directory (files named after MODEL) or the path of the EPContext model (*.onnx).
 Files written:
-  <stem>_ctx.onnx + <stem>_ctx_qnn.bin   EPContext model + raw QNN context binary
+  <stem>_ctx.onnx + <stem>_ctx_qnn.bin   EPContext model + raw QNN context binary (+ one
+                                         <stem>_ctx_part<n>_qnn.bin per further QNN context when the
+                                         recovery ladder split the graph)
   <stem>_ctx_compile.json                everything the summary shows (options, shapes, patches,
                                          partition, accuracy, profile, timings)
   <stem>_<precision>_qdq.onnx            the QDQ model (w8a16, w8a8)
@@ -31,6 +34,12 @@ cosine and SNR per output, NaN/Inf per run and which run produced them); --profi
 profiling, per-op cycles). Quantization converts the model in memory to the opset the quantizer
 needs and keeps LayerNorm/Softmax denominators out of 8 bits (--no-keep-fragile: off); the
 summary reports both. Simulator timings (x86-64 host) are not device timings.
+
+A compile that fails (or runs past --compile-timeout / --compile-memory-mb, else
+AIPC_COMPILE_TIMEOUT / AIPC_COMPILE_MEMORY_MB) goes through the recovery ladder of sessions, without
+the batch split (the artifact keeps the model's shapes): other QNN options, else the graph as
+several QNN contexts stitched into one EPContext model, with the nodes that fail even alone on the
+CPU (listed with the reason); the summary's "recovery:" line says what was taken.
 """
 
 from __future__ import annotations
@@ -46,8 +55,10 @@ import time
 from typing import Any
 
 import onnxwrapper
-from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE
+from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
+from aipc.args import add_compile_budget, compile_budget
 from aipc.commands._compile_recipe import apply_to_proto, compile_option, recipe_for_file
+from aipc.commands._compile_summary import format_summary
 from aipc.commands._qnn_profile import profile_compiled, read_qnn_profile
 from aipc.commands.inspect import add_model_options, model_options
 from aipc_loader._report import say
@@ -91,6 +102,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show onnxruntime.quantization's log messages")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_compile_budget(parser.add_argument_group("compile budget (past it, the recovery ladder takes over)"))
 
 
 # -- helpers used by main (public so that scripts can do the same) -------------------------------
@@ -150,13 +162,6 @@ def _fail(message: str, status: int = EXIT_USAGE) -> int:
     return status
 
 
-def _size(path: str | None) -> str:
-    if not path or not os.path.exists(path):
-        return "-"
-    n = os.path.getsize(path)
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} KB"
-
-
 def _random_feeds(model, count: int) -> list[dict] | None:
     """Uniform [0, 1) float inputs (seeded) when every input is float; else ``None``."""
     import numpy as np
@@ -184,7 +189,8 @@ def main(args: argparse.Namespace) -> int:
     """Run ``aipc compile``; returns the exit status (64 usage, 69 QNN unavailable, 1 failure)."""
     try:
         options, shapes, dims = model_options(args)
-    except ValueError as exc:
+        options.update(compile_budget(args))  # --compile-timeout / --compile-memory-mb, else AIPC_COMPILE_*
+    except (ValueError, UsageError) as exc:
         return _fail(str(exc))
     if args.backend not in ("qnn", "qairt"):
         return _fail(f"aipc compile compiles for --backend qnn only, not {args.backend!r}")
@@ -228,7 +234,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
-        print(_format_summary(summary))
+        print(format_summary(summary))
     return 0
 
 
@@ -322,6 +328,7 @@ def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, pat
         stages.bar.total += 2 if quantized else 1
     summary["patches"] = [r.to_dict() for r in records]
     summary["compile"] = {"ctx": result.ctx_path, "ctx_bytes": result.ctx_bytes, "bin": result.bin_path,
+                          "bins": list(result.bin_paths),
                           "bin_bytes": result.bin_bytes, "seconds": result.seconds, "ep_options": result.ep_options,
                           "versions": result.versions, "partition": result.partition.to_dict(),
                           "partition_summary": result.partition.summary()}
@@ -360,41 +367,3 @@ def _shapes_differ(calibration_shapes: dict, static) -> bool:
     """True when a captured input shape differs from the static model's input shape."""
     declared = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in static.graph.input}
     return any(name in declared and list(shape) != declared[name] for name, shape in calibration_shapes.items())
-
-
-def _format_summary(s: dict) -> str:
-    c = s["compile"]
-    lines = [f"compiled {s['model']} ({s['precision']}) in {sum(s['seconds'].values()):.1f} s",
-             f"  {c['ctx']}  {_size(c['ctx'])}"]
-    if c.get("bin"):
-        lines.append(f"  {c['bin']}  {_size(c['bin'])}")
-    if s.get("quantization"):
-        lines.append(f"  {s['quantization']['path']}  {_size(s['quantization']['path'])}  (QDQ model)")
-    for d in s.get("dlc") or ():
-        lines.append(f"  {d['path']}  {_size(d['path'])}  (DLC)")
-    for u in (s.get("quantization") or {}).get("opset_upgrades", ()):
-        lines.append(f"opset {u['from']} → {u['to']} (in memory, by {u['by']}): {'; '.join(u['reasons'])}")
-    if s.get("quantization"):
-        lines.append(s["quantization"]["fragile_text"])
-    ep = c["ep_options"]
-    target = ", ".join(f"{k}={ep[k]}" for k in ("soc_model", "htp_arch", "enable_htp_fp16_precision") if k in ep)
-    lines.append("target: " + (target if "soc_model" in ep else f"fp32 simulation (no soc_model) {target}").strip())
-    lines.append(f"partition: {c['partition_summary']}")
-    for n in c["partition"]["nodes"]:
-        if n["ep"] != c["partition"]["target_ep"]:
-            lines.append(f"  CPU  {n['name']} ({n['op_type']}): {n.get('reason') or ''}")
-    if s["patches"]:
-        lines.append(f"patches applied: {len(s['patches'])}")
-        lines += [f"  {p['node_name'] or '(unnamed)'}: {p['summary']}" for p in s["patches"]]
-    if s.get("accuracy_text"):
-        lines.append(s["accuracy_text"])
-    prof = s.get("profile")
-    if prof:
-        lines.append(f"profile ({prof['executions']} runs, {prof['note']}):")
-        for row in prof["ops"][:15]:
-            lines.append(f"  {row['node']:<40} {row['op_type']:<12} {row['mean_cycles']:>12.0f} cycles "
-                         f"{row['share'] * 100:5.1f} %")
-        lines.append(f"  QNN execute time per run (µs): {', '.join(f'{t:.0f}' for t in prof['execute_us'])}")
-    lines.append("steps: " + ", ".join(f"{k} {v:.2f} s" for k, v in s["seconds"].items()))
-    lines += [f"note: {n}" for n in s["notes"]]
-    return "\n".join(lines)

@@ -26,7 +26,7 @@ import os
 import sys
 
 from aipc._exit_codes import EXIT_USAGE, UsageError
-from aipc.args import ToleranceArgs, parse_backend_options
+from aipc.args import ToleranceArgs, add_compile_budget, compile_budget, parse_backend_options, with_compile_budget
 from aipc.commands._progress import progress_bars
 from onnxwrapper.diff import (check, console_safe, default_directory, default_jobs, estimate_run_memory,
                               localize_failures, parse_backends, parse_size, report_paths, run)
@@ -54,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="backend runs at once (default: as many as this host's processors and memory allow; "
                           "1 = one after another); a replay starts as soon as the run it needs has ended")
     run.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per backend run")
+    add_compile_budget(run)  # the run options' compile budget, passed to the runs whose backend compiles (qnn)
     run.add_argument("--dir", metavar="DIR", help="diff directory (default: ./aipc-diff-<date-time>)")
     run.add_argument("--max-capture-bytes", default="2G", metavar="SIZE",
                      help="stop recording a run beyond this size (default: 2G)")
@@ -175,7 +176,8 @@ def main(args: argparse.Namespace) -> int:
             if len(labels) < 2:
                 raise _Usage("give at least two runs to compare, e.g. --backends cpu,qnn")
             try:
-                options = parse_backend_options(args.backend_option, labels)
+                options = with_compile_budget(parse_backend_options(args.backend_option, labels), labels,
+                                              compile_budget(args))
             except UsageError as exc:
                 raise _Usage(str(exc)) from exc
             if not module and not os.path.isfile(target):

@@ -2,7 +2,8 @@
 compile cache, so that the app's next run on the NPU loads its models instead of compiling them.
 
 usage: aipc compile --from-capture DIR [MODEL] [--jobs N] [--target T] [--precision fp16|fp32]
-                    [--cache-dir DIR] [--json] [--no-progress] [-v]
+                    [--cache-dir DIR] [--compile-timeout S] [--compile-memory-mb MIB]
+                    [--json] [--no-progress] [-v]
 
 A model with dynamic input dims (a sequence length, a batch) is compiled for the QNN HTP once per
 input signature — the shapes of its dynamic inputs plus the values of its control inputs — the
@@ -20,7 +21,10 @@ options are the run's: --target, --precision and --cache-dir, else AIPC_TARGET, 
 and AIPC_CACHE_DIR, as `python -m aipc` reads them; give the same ones to both, or the run looks
 up other keys. The cache key also holds the app's SessionOptions, which a capture does not record:
 the defaults are assumed (ORT_ENABLE_ALL, no session config entries or free-dimension overrides;
-apps that set only threads or log levels match). --jobs defaults to the usable CPUs, bounded by
+apps that set only threads or log levels match). A compile that fails goes through the recovery
+ladder, as in the run, and what it took is remembered in the cache; --compile-timeout and
+--compile-memory-mb (AIPC_COMPILE_TIMEOUT, AIPC_COMPILE_MEMORY_MB) bound each compile, as for
+`python -m aipc`. --jobs defaults to the usable CPUs, bounded by
 memory (a worker needs ≈ 180 MiB, more while compiling a large model) and by 8.
 
 Output: a progress bar per signature (on a terminal), then one row per signature — model, shapes,
@@ -46,7 +50,7 @@ from tqdm import tqdm
 
 import onnxwrapper
 from aipc._exit_codes import EXIT_FAILED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
-from aipc.args import resolve_settings
+from aipc.args import add_compile_budget, resolve_settings
 from aipc.commands._capture_signatures import CaptureProblem, ModelPlan, plan_capture
 from aipc_loader._report import say
 from onnxwrapper.backends.qnn import WorkerPool, default_jobs, precompile
@@ -79,6 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--precision", choices=("fp16", "fp32"), help="fp16 (default) or fp32 [AIPC_PRECISION]")
     group.add_argument("--cache-dir", metavar="DIR", help="compile cache to fill [AIPC_CACHE_DIR, else the "
                                                           "platform cache]")
+    add_compile_budget(group)  # not part of the cache key: a budget decides only when the ladder takes over
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("-v", "--verbose", action="store_true", help="show onnxwrapper's log (each compile)")
@@ -99,7 +104,9 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.backend not in ("qnn", "qairt"):
         raise UsageError(f"--from-capture fills the qnn compile cache; --backend {args.backend!r} has none")
     run = argparse.Namespace(backend="qnn", target=args.target, precision=args.precision, strict=None,
-                             cache_dir=args.cache_dir, verbose=None, report_partition=None, repairs=None)
+                             cache_dir=args.cache_dir, compile_timeout=args.compile_timeout,
+                             compile_memory_mb=args.compile_memory_mb, verbose=None, report_partition=None,
+                             repairs=None)
     options = dict(resolve_settings(run).backend_options)
     options.pop("strict", None)  # not part of a compile
     return options

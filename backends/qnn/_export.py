@@ -5,6 +5,21 @@ specialization, compile, operator patches, ``strict``), into a temporary folder 
 output, then moves the EPContext model and its context binary into place; optionally it exports
 one DLC per QNN partition (:func:`~onnxwrapper.backends.qnn.compile._compile.dump_dlc`). Both run in a
 compile worker process (:mod:`onnxwrapper.backends.qnn.workers._workers`).
+
+A compile that fails goes through the same recovery ladder as a session's
+(:mod:`onnxwrapper.backends.qnn.recovery`), but what it writes is loaded by sessions of the model, so
+it keeps the model's input shapes: no batch split. What a rescued compile writes:
+
+* **options** — one EPContext model + ``<stem>_qnn.bin``, compiled with the extra QNN option;
+* **graph split** — one *stitched* EPContext model, as for a repair recipe with CPU subgraphs: an
+  ``EPContext`` node per NPU part, each with its own context binary (``<stem>_qnn.bin``, then
+  ``<stem>_part<n>_qnn.bin``), and the nodes that fail even alone as ordinary ONNX nodes run by
+  ORT's CPU EP (listed in the partition with the reason). ``strict=True`` refuses those with
+  ``CompileFailedError`` (``.rung == "graph split"``), as sessions do;
+* **no part compiles** — ``PartitionError`` (nothing to deploy).
+
+The steps are in ``CompileResult.partition.recovery``; the memo and the graph split's parts go to
+the compile cache (``cache_dir``), as for sessions, so a second compile replays what worked.
 """
 
 from __future__ import annotations
@@ -21,8 +36,10 @@ import onnx
 
 from onnxwrapper.backends.qnn._backend import QnnBackend
 from onnxwrapper.backends.qnn.compile import make_record
-from onnxwrapper.backends.qnn.model import Signature, check_feed_cost, control_inputs, control_value, specialize_for_qnn
-from onnxwrapper.backends.qnn.pipeline import EpContextFromOnnx, FolderStore, compile_repaired, compile_request
+from onnxwrapper.backends.qnn.model import (Signature, check_feed_cost, control_inputs, control_value, model_key,
+                                            specialize_for_qnn)
+from onnxwrapper.backends.qnn.pipeline import FolderStore, compile_repaired, compile_request, copy_epcontext
+from onnxwrapper.backends.qnn.recovery import recovering_step
 from onnxwrapper.backends.qnn.platform import qnn_versions, user_qnn_ep_options
 from onnxwrapper.backends.qnn.session import check_partition
 from onnxwrapper.backends.qnn.settings import qnn_setup
@@ -30,9 +47,11 @@ from onnxwrapper.backends.qnn.workers import default_pool
 from onnxwrapper.errors import ArtifactError, BackendOptionError, BackendUnavailableError
 from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, input_dims, replace_files
 
-__all__ = ["CompileResult", "compile_model"]
+__all__ = ["ARTIFACT_KEEPS_SHAPES", "CompileResult", "compile_model"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
+#: why compile_model's recovery ladder does not batch-split: the artifact is loaded by sessions of the model
+ARTIFACT_KEEPS_SHAPES = "an EPContext artifact keeps the model's input shapes"
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,8 @@ class CompileResult:
         versions: onnxruntime / onnxruntime_qnn / QNN SDK versions.
         patches: operator patches applied (``PatchRecord.to_dict()`` dicts; ``()`` when none).
         dlc_paths: DLCs written into ``dlc_dir`` (``()`` without ``dlc_dir``). dlc_seconds: their time (s).
+        bin_paths: every context binary written, ``bin_path`` first (several for a model compiled as
+            several QNN contexts: a recovery ladder's graph split, a repair recipe's CPU subgraphs).
     """
 
     ctx_path: str
@@ -62,6 +83,7 @@ class CompileResult:
     patches: tuple = ()
     dlc_paths: tuple = ()
     dlc_seconds: float = 0.0
+    bin_paths: tuple = ()
 
     def __repr__(self) -> str:
         shapes = f" at {self.input_shapes}" if self.input_shapes else ""
@@ -82,14 +104,17 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     patching; ``If`` nodes decided by the shapes and ``input_values`` are folded first
     (:mod:`onnxwrapper.backends.qnn.model._specialize`). The ctx model carries a provenance record
     (:mod:`onnxwrapper.backends.qnn.compile._provenance`): sessions of the source model use it from next to
-    the model only while the model, the QNN options and the shapes are the ones recorded.
+    the model only while the model, the QNN options and the shapes are the ones recorded. A compile
+    that fails goes through the recovery ladder (module docstring: what a rescued compile writes).
 
     Args:
         model: path (``str``/``os.PathLike``), serialized bytes, or ``onnx.ModelProto``.
         output_path: the EPContext model to write, e.g. ``"m_ctx.onnx"`` (next to ``m.onnx`` it
-            is then used by sessions automatically); the binary is ``<output stem>_qnn.bin``.
-        backend_options: the ``qnn`` backend options (target, precision, patches, strict, …;
-            cache options unused).
+            is then used by sessions automatically); the binary is ``<output stem>_qnn.bin`` (a
+            graph split adds ``<output stem>_part<n>_qnn.bin``).
+        backend_options: the ``qnn`` backend options (target, precision, patches, strict,
+            compile_timeout, compile_memory_mb, …; ``cache_dir`` holds what the recovery ladder
+            remembers and the parts of a graph split).
         input_shapes: ``{input name: shape}`` for inputs with dynamic dims (required for them).
         sess_options: ``onnxruntime.SessionOptions`` to copy (optimization level, configs).
         overwrite: replace existing output files, including ``*.dlc`` files in ``dlc_dir``
@@ -112,7 +137,9 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     Raises:
         BackendUnavailableError, BackendOptionError (missing shapes or control values),
         PartitionError (QNN took no node, or ``strict`` and some node is not on QNN after
-        patching), BackendCapabilityError (shapes beyond the HTP compiler; fp32 graphs the
+        patching), CompileFailedError (``strict`` and the recovery ladder would run nodes on the
+        CPU), BackendOptionError (also ``dlc_dir`` for a model compiled as several contexts),
+        BackendCapabilityError (shapes beyond the HTP compiler; fp32 graphs the
         simulator cannot finalize), BackendCompileError (the compiler process died), ArtifactError
         (output exists; no IR backend library for ``dlc_dir``), ORT's classes for a bad model.
     """
@@ -132,7 +159,7 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
                                      f"context binaries opened as sessions.", backend="qnn")
     source = (ModelSource(None, model.SerializeToString()) if isinstance(model, onnx.ModelProto)
               else ModelSource.from_arg(model))
-    label = source.path or "<model bytes>"
+    label = source.path or (os.fspath(source_model) if source_model is not None else "<model bytes>")
     setup = qnn_setup(config, user_qnn_ep_options(sess_options), source, user_so=sess_options, kwargs={},
                       label=label, real_npu=availability.real_npu)
     original = source.load_proto()
@@ -170,17 +197,26 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
     os.makedirs(folder, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".onnxwrapper-compile-") as tmp:
         start = time.perf_counter()
-        compiled = EpContextFromOnnx(FolderStore(setup, proto, tmp, ctx_name, record=record))(
+        store = FolderStore(setup, proto, tmp, ctx_name, record=record, model_hash=model_key(source, sess_options))
+        compiled = recovering_step(store, batch_split=ARTIFACT_KEEPS_SHAPES)(  # the recovery ladder, as sessions
             model_input, proto, shapes or None, signature.note(), dict(signature.values) or None)
         seconds = time.perf_counter() - start
         report = compiled.report
         check_partition(report, strict=settings.strict, label=label, warn_key=f"compile:{source.content_hash()}",
                         stacklevel=2)
-        moves = [(compiled.ctx_path, output_path)]
-        bin_path = None
-        if compiled.meta.get("bin"):
-            bin_path = os.path.join(folder, compiled.meta["bin"])
-            moves.append((os.path.join(compiled.directory, compiled.meta["bin"]), bin_path))
+        if "bins" in compiled.meta:  # rescued by a graph split: one stitched EPContext model, several binaries
+            if dlc_dir:
+                raise BackendOptionError(f"{label} compiles only as several QNN contexts "
+                                         f"({report.recovery_summary()}); DLC export of such a model is not "
+                                         f"supported. Export without --dlc.", backend="qnn")
+            moves = _stitched_moves(compiled.ctx_path, tmp, output_path, record, overwrite)
+        else:
+            moves = [(compiled.ctx_path, output_path)]
+            if compiled.meta.get("bin"):
+                moves.append((os.path.join(compiled.directory, compiled.meta["bin"]),
+                              os.path.join(folder, compiled.meta["bin"])))
+        bin_paths = [target for _src, target in moves[1:]]
+        bin_path = bin_paths[0] if bin_paths else None
         replace_files(moves)  # all or nothing: an output in use elsewhere (Windows) is an ArtifactError
         dlc_paths, dlc_seconds = [], 0.0
         if dlc_dir:
@@ -197,9 +233,30 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
             dlc_seconds = time.perf_counter() - start
     _log.info("onnxwrapper qnn: compiled %s → %s in %.2f s (%s)", label, output_path, seconds, report.summary())
     return CompileResult(output_path, bin_path, os.path.getsize(output_path),
-                         os.path.getsize(bin_path) if bin_path else 0, report, seconds,
+                         sum(os.path.getsize(p) for p in bin_paths), report, seconds,
                          dict(settings.ep_options), shapes or None, qnn_versions(), tuple(compiled.records),
-                         tuple(dlc_paths), dlc_seconds)
+                         tuple(dlc_paths), dlc_seconds, tuple(bin_paths))
+
+
+def _stitched_moves(ctx_path: str, tmp: str, output_path: str, record, overwrite: bool) -> list:
+    """The stitched EPContext model of a graph split (in the compile cache) copied into ``tmp`` under
+    the output's names — ``<stem>_qnn.bin`` for the first context binary, ``<stem>_part<n>_qnn.bin``
+    for the n-th after it — stamped with ``record``; returns the ``(copy, target)`` moves, ctx first.
+
+    Raises:
+        ArtifactError: a target binary exists and ``overwrite`` is False.
+    """
+    folder, ctx_name = os.path.split(output_path)
+    stem = os.path.splitext(ctx_name)[0]
+    out = os.path.join(tmp, "stitched")
+    os.mkdir(out)
+    bins = copy_epcontext(ctx_path, out, ctx_name, lambda n: f"{stem}_qnn.bin" if n == 0 else f"{stem}_part{n}_qnn.bin",
+                          record)
+    for name in bins[1:]:
+        if os.path.exists(os.path.join(folder, name)) and not overwrite:
+            raise ArtifactError(f"{os.path.join(folder, name)} exists already; pass overwrite=True to replace it.",
+                                path=os.path.join(folder, name))
+    return [(os.path.join(out, name), os.path.join(folder, name)) for name in [ctx_name] + bins]
 
 
 def _record(source, source_model, setup, signature) -> dict:

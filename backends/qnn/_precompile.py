@@ -5,7 +5,8 @@ inputs, values of the control inputs) — compiled ahead of time, ``jobs`` at a 
 :class:`~onnxwrapper.backends.qnn.workers._workers.WorkerPool` of its own, into the cache sessions read
 (``cache_dir`` option, ``$ONNXWRAPPER_CACHE_DIR`` or the platform cache). Later sessions of the
 model with the same options then hit the cache for those signatures: no compile at ``run``. Same
-pipeline as a session's (feed bounds, control-flow folding, patches, provenance records), same keys.
+pipeline as a session's (feed bounds, control-flow folding, patches, the recovery ladder with its
+memo, provenance records), same keys.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
 from onnxwrapper.backends.qnn.artifacts import model_label
 from onnxwrapper.backends.qnn.model import (Signature, check_feed_cost, control_inputs, model_key, signature_of,
                                             specialize_for_qnn)
-from onnxwrapper.backends.qnn.pipeline import CacheStore, EpContextFromOnnx
+from onnxwrapper.backends.qnn.pipeline import CacheStore
+from onnxwrapper.backends.qnn.recovery import recovering_step
 from onnxwrapper.backends.qnn.settings import qnn_setup
 from onnxwrapper.backends.qnn.workers import WorkerPool
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
@@ -152,7 +154,8 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
                       real_npu=real_npu).register()
     dynamic, control = list(dynamic_inputs(proto)), control_inputs(proto)
     static_dims = {n: d for n, d in input_dims(proto).items() if d is not None and n not in dynamic}
-    compile_epcontext = EpContextFromOnnx(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
+    # the recovery ladder as in a session: what it takes is remembered in the cache the sessions read
+    compile_epcontext = recovering_step(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
 
     def one(index: int, entry: Mapping[str, Any]):
         result = compiled_one(entry)

@@ -1,7 +1,8 @@
 """One QNN compile: ORT's EPContext generation (and DLC export) as a compile worker runs it, the
 ORT session class and creation guard of QNN sessions, the compile's budget (wall time, memory,
-progress lines), its typed errors, the overridable initializers kept through it, and the
-provenance records stamped into every compiled model and checked on a cache hit.
+progress lines), its typed errors, what the cache remembers of a compile that gave no model, the
+overridable initializers kept through it, and the provenance records stamped into every compiled
+model and checked on a cache hit.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from onnxwrapper.backends.qnn.compile._compile import (CTX_NAME, build_session_o
 from onnxwrapper.backends.qnn.compile._compile_errors import (UNWRITABLE_MARKERS, compile_hint, context_load_error,
                                                               context_memory_failure, epcontext_unwritable, qnn_error,
                                                               recoverable, typed_failure)
-from onnxwrapper.backends.qnn.compile._provenance import make_record, verify
+from onnxwrapper.backends.qnn.compile._compile_memo import CompileMemo
+from onnxwrapper.backends.qnn.compile._provenance import make_record, stamp, verify
 
 __all__ = [
     "CTX_NAME",
+    "CompileMemo",
     "DEFAULT_COMPILE_TIMEOUT_S",
     "UNWRITABLE_MARKERS",
     "await_reply",
@@ -43,6 +46,7 @@ __all__ = [
     "qnn_error",
     "recoverable",
     "session_record",
+    "stamp",
     "typed_failure",
     "verify",
 ]

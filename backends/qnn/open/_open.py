@@ -42,10 +42,9 @@ from onnxwrapper.backends.qnn.binary import wrap_raw_binary
 from onnxwrapper.backends.qnn.compile import ort_session_class
 from onnxwrapper.backends.qnn.model import control_inputs, is_epcontext_model, model_key, remember_facts
 from onnxwrapper.backends.qnn.open._spec_builder import JitModel, SpecializationBuilder, artifact_info, static_compile
-from onnxwrapper.backends.qnn.pipeline import (CacheStore, EpContextFromOnnx, prepare_repairs, refuse_for_artifact,
-                                               repaired_step)
+from onnxwrapper.backends.qnn.pipeline import CacheStore, prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn.platform import copy_session_options
-from onnxwrapper.backends.qnn.recovery import BatchSplitRunner, RecoveringCompile, batch_split_of
+from onnxwrapper.backends.qnn.recovery import BatchSplitRunner, batch_split_of, recovering_step
 from onnxwrapper.backends.qnn.session import (ASSIGNMENT_KEY, ArtifactInfo, QnnCpuSession, QnnDynamicSession,
                                               check_partition, compile_or_verdict, context_budget_mb, no_node_policy,
                                               nonfinite_check, records_assignment, static_session, user_facing_options,
@@ -128,11 +127,12 @@ def open_session(config: dict[str, Any], request, availability):
     model_hash = model_key(source, user_so)
     warn_key = f"{model_hash}:{settings.describe()}:patches={settings.patches}"
     store = CacheStore(setup, proto, model_hash)
-    compile_epcontext = RecoveringCompile(EpContextFromOnnx(store), store)  # the recovery ladder
+    compile_epcontext = recovering_step(store)  # the recovery ladder around the compile
     model_input = source.path if source.path is not None else source.read_bytes()
     compile_input = model_input
     if repair is not None:
-        compile_epcontext, compile_input = repaired_step(repair, setup, model_hash), repair.proto.SerializeToString()
+        compile_epcontext = repaired_step(repair, setup, model_hash, step_for=recovering_step)  # the ladder too
+        compile_input = repair.proto.SerializeToString()
     fixed = fix_free_dimensions(proto, user_so)  # the inputs as ORT sees them with the user's overrides
     dynamic = dynamic_inputs(fixed)
     control = control_inputs(fixed)

@@ -10,7 +10,8 @@ from onnxwrapper.backends.qnn.pipeline._pipeline import (CacheStore, Compiled, E
                                                          compile_request)
 from onnxwrapper.backends.qnn.pipeline._repair import (compile_repaired, prepare_repairs, refuse_for_artifact,
                                                        repaired_step)
-from onnxwrapper.backends.qnn.pipeline._stitch import merge_reports, part_store, self_contained, write_stitched
+from onnxwrapper.backends.qnn.pipeline._stitch import (copy_epcontext, merge_reports, part_store, self_contained,
+                                                       write_stitched)
 
 __all__ = [
     "CacheStore",
@@ -19,6 +20,7 @@ __all__ = [
     "FolderStore",
     "compile_repaired",
     "compile_request",
+    "copy_epcontext",
     "merge_reports",
     "part_store",
     "prepare_repairs",

@@ -27,8 +27,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
+from onnxwrapper.backends.qnn.compile import CompileMemo
 from onnxwrapper.errors import BackendConfigConflictError, BackendUnavailableError, PartitionError
-from onnxwrapper.kernel import PartitionReport, make_key
+from onnxwrapper.kernel import PartitionReport
 from onnxwrapper.patches import patch_offloaded
 
 __all__ = ["compile_with_patches", "FailureMemo"]
@@ -37,29 +38,29 @@ _log = logging.getLogger("onnxwrapper.qnn")
 
 
 class FailureMemo:
-    """Remembers patched models the QNN EP failed to compile, in the artifact cache.
+    """Remembers patched models the QNN EP failed to compile, in the artifact cache (one
+    :class:`~onnxwrapper.backends.qnn.compile.CompileMemo` per patched compile).
 
     Args:
         cache: :class:`onnxwrapper.kernel.cache._cache.ArtifactCache`.
-        key_for: ``key_for(records) -> str``, the cache key of the patched compile; the memo uses
-            ``<that key material> + "failed"`` as its own key.
+        key_for: ``key_for(records) -> str``, the cache key of the patched compile.
     """
 
     def __init__(self, cache, key_for: Callable[[list], str]) -> None:
         self.cache = cache
         self.key_for = key_for
 
-    def _key(self, records: list) -> str:
-        return make_key({"failed-patched-compile": self.key_for(records)})
+    def _memo(self, records: list) -> CompileMemo:
+        return CompileMemo(self.cache, {"failed-patched-compile": self.key_for(records)}, "error")
 
     def known(self, records: list) -> str | None:
         """The recorded error text when this patched compile failed before, else ``None``."""
-        entry = self.cache.lookup(self._key(records))
-        return None if entry is None else str(entry.meta.get("error", "failed"))
+        known = self._memo(records).known()
+        return None if known is None else str(known)
 
     def remember(self, records: list, error: str) -> None:
         """Record that the patched compile failed with ``error``."""
-        self.cache.get_or_create(self._key(records), lambda _directory: {"error": error})
+        self._memo(records).remember(error)
 
 
 def _describe(records: Sequence[dict]) -> str:

@@ -106,6 +106,10 @@ class CacheStore:
         self.level = int(user_so.graph_optimization_level) if user_so is not None else 99
         self.model_hash = model_hash
 
+    def with_setup(self, setup: QnnSetup, rung: str) -> "CacheStore":
+        """The same store for another setup (the recovery ladder's options rung)."""
+        return CacheStore(setup, self.proto, self.model_hash, self.pool, rung)
+
     def key(self, shapes: Mapping[str, tuple] | None, records: list, values: Mapping[str, Any] | None = None) -> str:
         """The cache key of one compile (model, compile options, shapes, control values, session config, patches)."""
         return compile_cache_key(self.model_hash, self.setup.settings.compile_options(), shapes, self.so_entries,
@@ -140,19 +144,30 @@ class CacheStore:
         return compiled, report
 
 
-class FolderStore:
+class FolderStore(CacheStore):
     """Compiles into fresh sub-folders of ``folder`` (``compile_model``: the caller moves the result).
+
+    Its keys are a :class:`CacheStore`'s for the same model and options: the recovery ladder keeps
+    its memo and the graph split's parts in the compile cache of the settings.
 
     Args:
         setup: the :class:`QnnSetup` (registered). proto: the original ``onnx.ModelProto``.
         folder: an existing, empty folder. ctx_name: file name of the EPContext model.
         record: the provenance record stamped into the ctx model, or ``None``.
+        model_hash: content hash of the model (+ external data), for the keys. rung: the recovery
+            rung compiling (progress lines).
     """
 
     def __init__(self, setup: QnnSetup, proto, folder: str, ctx_name: str,
-                 record: Mapping[str, Any] | None = None) -> None:
-        self.setup, self.proto, self.folder, self.ctx_name = setup, proto, folder, ctx_name
+                 record: Mapping[str, Any] | None = None, *, model_hash: str = "", rung: str = "") -> None:
+        super().__init__(setup, proto, model_hash, None, rung)
+        self.folder, self.ctx_name = folder, ctx_name
         self.record = record
+
+    def with_setup(self, setup: QnnSetup, rung: str) -> "FolderStore":
+        """The same folder store for another setup (the recovery ladder's options rung)."""
+        return FolderStore(setup, self.proto, self.folder, self.ctx_name, self.record, model_hash=self.model_hash,
+                           rung=rung)
 
     def memo(self, shapes, values=None) -> None:
         """No memo of failed patched compiles: a folder compile is not repeated by later sessions."""
@@ -170,7 +185,7 @@ class FolderStore:
         directory = os.path.join(self.folder, str(len(os.listdir(self.folder))))
         os.mkdir(directory)
         request = compile_request(self.setup, self.proto, model_input, directory, record=self.record, shapes=shapes,
-                                  note=note, ctx_name=self.ctx_name)
+                                  note=note, ctx_name=self.ctx_name, rung=self.rung)
         meta = default_pool().run(request)
         report = PartitionReport.from_dict(meta["partition"])
         compiled = Compiled(os.path.join(directory, self.ctx_name), report, tuple(records), False,

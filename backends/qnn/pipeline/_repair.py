@@ -31,8 +31,9 @@ from typing import Any, Mapping
 
 import onnx
 
-from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore, EpContextFromOnnx
-from onnxwrapper.backends.qnn.pipeline._stitch import StitchedEpContext, merge_reports, split_parts, write_stitched
+from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore
+from onnxwrapper.backends.qnn.pipeline._stitch import (StitchedEpContext, merge_reports, plain_step, split_parts,
+                                                       write_stitched)
 from onnxwrapper.backends.qnn.settings import convert_repairs
 from onnxwrapper.errors import ArtifactError, BackendOptionError, PartitionError, RecipeError
 from onnxwrapper.kernel import ModelSource, __version__, dynamic_inputs, make_key, specialize, user_stacklevel
@@ -145,15 +146,19 @@ def refuse_for_artifact(config: Mapping[str, Any], what: str) -> None:
                           f"already. Compile the original model with `aipc compile --repairs FILE` instead.")
 
 
-def repaired_step(plan: RepairPlan, setup, content_hash: str):
+def repaired_step(plan: RepairPlan, setup, content_hash: str, *, step_for=plain_step):
     """The compile step of a repaired session, called like ``EpContextFromOnnx``:
     ``step(model_input, proto, shapes=None, note="", values=None) -> Compiled``. Without CPU subgraphs it is the
     normal pipeline on the rewritten model under the repaired cache identity
     (:meth:`RepairPlan.model_hash`); with them, the split-compile-assemble step of
-    :mod:`onnxwrapper.backends.qnn.pipeline._stitch`. Either way the report lists the recipe's rewrites."""
+    :mod:`onnxwrapper.backends.qnn.pipeline._stitch`. Either way the report lists the recipe's rewrites.
+
+    ``step_for(store, batch_split=…)`` makes the compile step of the rewritten model, or of each NPU
+    part (the session passes :func:`onnxwrapper.backends.qnn.recovery.recovering_step`: a repaired
+    model that fails to compile goes through the recovery ladder like any other)."""
     key = plan.model_hash(content_hash)
-    inner = (StitchedEpContext(setup, plan.cpu_nodes, key, plan.proto) if plan.cpu_nodes
-             else EpContextFromOnnx(CacheStore(setup, plan.proto, key)))
+    inner = (StitchedEpContext(setup, plan.cpu_nodes, key, plan.proto, step_for=step_for) if plan.cpu_nodes
+             else step_for(CacheStore(setup, plan.proto, key)))
 
     def step(model_input, proto, shapes=None, note="", values=None):
         # bound control inputs (a specialization of a model with If nodes): a CPU If is split as its
@@ -206,18 +211,19 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
     folder, ctx_name = os.path.split(output_path)
     stem = os.path.splitext(ctx_name)[0]
     parts, types = split_parts(proto, plan.cpu_nodes)
-    results = {}
+    results, failed = {}, {}
     os.makedirs(folder, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".onnxwrapper-compile-") as tmp:
         for part in parts:
             if part.kind != "npu":
                 continue
-            try:
+            try:  # compile_model runs the recovery ladder: a rescued part is itself a stitched model
                 results[part.stage] = compile_model(part_model(proto, part, types),
                                                     os.path.join(tmp, f"part{part.stage}_ctx.onnx"), options,
                                                     sess_options=sess_options, overwrite=True)
-            except PartitionError:
-                continue
+            except PartitionError as exc:  # no node of the part on the NPU: it runs on the CPU
+                if exc.report is not None and exc.report.recovery:
+                    failed[part.stage] = exc.report
         def bin_name(stage: int, n: int) -> str:
             name = f"{stem}_qnn.bin" if n == 0 else f"{stem}_part{stage}_qnn.bin"
             if os.path.exists(os.path.join(folder, name)) and not overwrite:
@@ -230,7 +236,7 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
         bins = write_stitched(folder, ctx_name, proto, parts, {k: r.ctx_path for k, r in results.items()}, types,
                               bin_name)
     report = merge_reports(proto, parts, {k: r.partition for k, r in results.items()}, source="compile",
-                           note=f"repaired: {plan.describe()}").with_patches(plan.records)
+                           note=f"repaired: {plan.describe()}", failed=failed).with_patches(plan.records)
     first = next(iter(results.values()), None)
     if first is None:
         raise PartitionError("The QNN execution provider took no node of any part of the repaired model.",
@@ -240,4 +246,5 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
                                ctx_bytes=os.path.getsize(output_path),
                                bin_bytes=sum(os.path.getsize(p) for p in bin_paths), partition=report,
                                seconds=time.perf_counter() - start, input_shapes=shapes or None,
-                               patches=tuple(plan.records), dlc_paths=(), dlc_seconds=0.0)
+                               patches=tuple(plan.records), dlc_paths=(), dlc_seconds=0.0,
+                               bin_paths=tuple(bin_paths))

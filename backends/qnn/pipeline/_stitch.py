@@ -29,44 +29,83 @@ from typing import Mapping
 
 import onnx
 
-from onnxwrapper.backends.qnn.compile import CTX_NAME
+from onnxwrapper.backends.qnn.compile import CTX_NAME, stamp
 from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore, Compiled, EpContextFromOnnx, model_key
 from onnxwrapper.errors import ArtifactError, PartitionError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
 from onnxwrapper.patches import name_unnamed_nodes
 from onnxwrapper.repair import assemble, boundary_types, part_model, split_stages
 
-__all__ = ["CPU_REASON", "StitchedEpContext", "inlined_cpu_nodes", "merge_reports", "part_store", "self_contained",
-           "split_parts", "write_stitched"]
+__all__ = ["CPU_REASON", "PART_KEEPS_SHAPES", "StitchedEpContext", "copy_epcontext", "inlined_cpu_nodes",
+           "merge_reports", "part_store", "plain_step", "self_contained", "split_parts", "write_stitched"]
 
 EP = "QNNExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 CPU_REASON = "repair recipe: runs on the CPU (the QNN result of this subgraph failed verification; see the recipe)"
 _EMPTY_REASON = "repair recipe: the QNN EP took no node of this part, so it runs on the CPU"
+_FAILED_REASON = "repair recipe: the QNN HTP could compile no piece of this part, so it runs on the CPU"
 #: part of the cache keys of assembled models; bump when what is assembled changes (a part's key is
 #: its content's, :func:`part_store`)
-STITCH_FORMAT = "qnn-stitched-v3"
+STITCH_FORMAT = "qnn-stitched-v4"
+#: why the recovery ladder does not batch-split a part of a stitched model
+PART_KEEPS_SHAPES = "a part of a stitched model keeps the model's shapes"
 
 
 def merge_reports(proto: onnx.ModelProto, parts, reports: Mapping[int, PartitionReport], *, source: str,
-                  note: str) -> PartitionReport:
+                  note: str, failed: Mapping[int, PartitionReport] | None = None) -> PartitionReport:
     """The partition of the assembled model: NPU parts' nodes as their compiles assigned them, CPU
-    parts' nodes on the CPU EP with the recipe as the reason, one partition index per ORT subgraph."""
-    nodes, eps, patches = [], [], []
+    parts' nodes on the CPU EP with the recipe as the reason, one partition index per ORT subgraph.
+
+    ``failed``: the reports of NPU parts that compiled to nothing (every node on the CPU), with the
+    recovery ladder's steps when it tried them. The recovery steps of the parts (``reports`` and
+    ``failed``) become the merged report's, each with ``"part": "k/n"``.
+    """
+    nodes, eps, patches, recovery = [], [], [], []
+    failed = failed or {}
     for part in parts:
+        rep = reports.get(part.stage, failed.get(part.stage))
+        if rep is not None:
+            recovery += [dict(step, part=f"{part.stage + 1}/{len(parts)}") for step in rep.recovery]
         if part.stage in reports:
-            rep = reports[part.stage]
             base = len(eps)
             nodes += [dataclasses.replace(n, partition=n.partition + base) for n in rep.nodes]
             eps += list(rep.partition_eps)
             patches += [dict(p) for p in rep.patches]
         else:
             reason = CPU_REASON if part.kind == "cpu" else _EMPTY_REASON
+            if rep is not None and rep.recovery:
+                reason = f"{_FAILED_REASON} ({rep.recovery_summary()})"
             for i in part.nodes:
                 n = proto.graph.node[i]
                 nodes.append(NodeAssignment(n.name, n.op_type, n.domain, CPU_EP, len(eps), reason))
             eps.append(CPU_EP)
-    return PartitionReport(EP, tuple(nodes), tuple(eps), source, note, tuple(patches))
+    return PartitionReport(EP, tuple(nodes), tuple(eps), source, note, tuple(patches), tuple(recovery))
+
+
+def _relink(ctx: onnx.ModelProto, ctx_path: str, directory: str, name_for, copied: dict, bins: list) -> None:
+    """Copy the context binaries the ``EPContext`` nodes of ``ctx`` (read from ``ctx_path``) reference
+    into ``directory`` as ``name_for(n)`` (n: the binary's index in ``bins``) and point the nodes at
+    the copies (in place); a binary already in ``copied`` is copied once."""
+    for node in ctx.graph.node:
+        embedded = any(a.name == "embed_mode" and a.i == 1 for a in node.attribute)
+        for a in node.attribute:
+            if node.op_type != "EPContext" or a.name != "ep_cache_context" or embedded:
+                continue
+            src = os.path.join(os.path.dirname(ctx_path), a.s.decode())
+            if src not in copied:
+                if not os.path.isfile(src):
+                    raise ArtifactError(f"The context binary {src} of a compiled part is missing.", path=src)
+                copied[src] = name_for(len(bins))
+                bins.append(copied[src])
+                shutil.copyfile(src, os.path.join(directory, copied[src]))
+            a.s = copied[src].encode()
+
+
+def _save(model: onnx.ModelProto, directory: str, ctx_name: str) -> None:
+    tmp = os.path.join(directory, ctx_name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(model.SerializeToString())
+    os.replace(tmp, os.path.join(directory, ctx_name))
 
 
 def write_stitched(directory: str, ctx_name: str, proto: onnx.ModelProto, parts, ctx_paths: Mapping[int, str],
@@ -79,29 +118,29 @@ def write_stitched(directory: str, ctx_name: str, proto: onnx.ModelProto, parts,
     """
     built, bins, copied = {}, [], {}
     for part in parts:
-        if part.stage not in ctx_paths:
-            continue
-        ctx_path = ctx_paths[part.stage]
-        ctx = onnx.load(ctx_path, load_external_data=False)
-        for node in ctx.graph.node:
-            embedded = any(a.name == "embed_mode" and a.i == 1 for a in node.attribute)
-            for a in node.attribute:
-                if node.op_type != "EPContext" or a.name != "ep_cache_context" or embedded:
-                    continue
-                src = os.path.join(os.path.dirname(ctx_path), a.s.decode())
-                if src not in copied:
-                    if not os.path.isfile(src):
-                        raise ArtifactError(f"The context binary {src} of a compiled part is missing.", path=src)
-                    copied[src] = bin_name(part.stage, len(bins))
-                    bins.append(copied[src])
-                    shutil.copyfile(src, os.path.join(directory, copied[src]))
-                a.s = copied[src].encode()
-        built[part.stage] = ctx
-    stitched = assemble(proto, parts, built, types)
-    tmp = os.path.join(directory, ctx_name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(stitched.SerializeToString())
-    os.replace(tmp, os.path.join(directory, ctx_name))
+        if part.stage in ctx_paths:
+            ctx = onnx.load(ctx_paths[part.stage], load_external_data=False)
+            _relink(ctx, ctx_paths[part.stage], directory, lambda n, stage=part.stage: bin_name(stage, n), copied,
+                    bins)
+            built[part.stage] = ctx
+    _save(assemble(proto, parts, built, types), directory, ctx_name)
+    return bins
+
+
+def copy_epcontext(ctx_path: str, directory: str, ctx_name: str, bin_name, record=None) -> list:
+    """Copy the EPContext model ``ctx_path`` (one context binary or several: a stitched model) into
+    ``directory/ctx_name``, its binaries named ``bin_name(n)``, stamped with the provenance record
+    ``record`` when given (:func:`~onnxwrapper.backends.qnn.compile.stamp`); returns the binary names.
+
+    Raises:
+        ArtifactError: a context binary is missing.
+    """
+    ctx = onnx.load(ctx_path, load_external_data=False)
+    bins: list = []
+    _relink(ctx, ctx_path, directory, bin_name, {}, bins)
+    if record is not None:
+        stamp(ctx, record, os.path.join(directory, bins[0]) if bins else None)
+    _save(ctx, directory, ctx_name)
     return bins
 
 
@@ -173,6 +212,12 @@ def inlined_cpu_nodes(spec: onnx.ModelProto, original: onnx.ModelProto, cpu_node
     return tuple(dict.fromkeys(result))
 
 
+def plain_step(store, *, batch_split: str | None = None) -> EpContextFromOnnx:
+    """The compile step over ``store`` without recovery (the default ``step_for``; the session passes
+    :func:`onnxwrapper.backends.qnn.recovery.recovering_step`)."""
+    return EpContextFromOnnx(store)
+
+
 class StitchedEpContext:
     """Compile step (called like ``EpContextFromOnnx``) of a session whose recipe has CPU subgraphs.
 
@@ -181,10 +226,15 @@ class StitchedEpContext:
         model_key: the repaired model's cache identity (content hash + recipe digest).
         original: the repaired model before specialization (to find the nodes of an inlined CPU
             ``If``: :func:`inlined_cpu_nodes`); ``None``: names are taken as they are.
+        step_for: ``step_for(store, batch_split=reason)`` → the compile step of one NPU part (the
+            recovery ladder's, from the caller; a part must keep its shapes, so ``reason`` says why
+            it is not batch-split). Default :func:`plain_step`.
     """
 
-    def __init__(self, setup, cpu_nodes, model_key: str, original: onnx.ModelProto | None = None) -> None:
+    def __init__(self, setup, cpu_nodes, model_key: str, original: onnx.ModelProto | None = None, *,
+                 step_for=plain_step) -> None:
         self.setup, self.cpu_nodes, self.model_key, self.original = setup, tuple(cpu_nodes), model_key, original
+        self.step_for = step_for
 
     def __call__(self, model_input, proto, shapes=None, note: str = "", values=None) -> Compiled:
         """Split ``proto`` (static shapes), compile its NPU parts, assemble them in a cache entry.
@@ -207,22 +257,24 @@ class StitchedEpContext:
         parts, types = split_parts(proto, cpu_nodes)
         bound = {k: v for k, v in sorted((values or {}).items())}
         compiled: dict[int, Compiled] = {}
+        failed: dict[int, PartitionReport] = {}
         for part in parts:
             if part.kind != "npu":
                 continue
             pm = part_model(proto, part, types)
             data, store = part_store(self.setup, pm)  # keyed by the part's content, not the recipe
+            step = self.step_for(store, batch_split=PART_KEEPS_SHAPES)
             try:
-                compiled[part.stage] = EpContextFromOnnx(store)(data, pm, None,
-                                                                f"{note} part {part.stage + 1}/{len(parts)}")
-            except PartitionError:
-                continue  # the QNN EP takes none of its nodes: it runs on the CPU
+                compiled[part.stage] = step(data, pm, None, f"{note} part {part.stage + 1}/{len(parts)}")
+            except PartitionError as exc:  # the QNN EP takes none of its nodes (or no piece compiles): CPU
+                if exc.report is not None and exc.report.recovery:
+                    failed[part.stage] = exc.report
         reports = {k: c.report for k, c in compiled.items()}
         if not compiled:
             # no NPU part: an assembled model without EPContext nodes would be compiled by the QNN EP
             # as a whole (measured: a recipe putting a one-node model's MatMul on the CPU still ran it
             # on the HTP); the caller runs the model on ORT's CPU EP instead
-            report = merge_reports(proto, parts, {}, source="compile", note=note)
+            report = merge_reports(proto, parts, {}, source="compile", note=note, failed=failed)
             raise PartitionError(f"The repair recipe runs every node of {note or 'the model'} on the CPU.",
                                  backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
         key = make_key({"format": STITCH_FORMAT, "stitched": self.model_key, "cpu": list(cpu_nodes),
@@ -233,7 +285,7 @@ class StitchedEpContext:
         def build(directory: str) -> dict:
             bins = write_stitched(directory, CTX_NAME, proto, parts, {k: c.ctx_path for k, c in compiled.items()},
                                   types, lambda stage, n: f"part{stage}_{n}_qnn.bin")
-            report = merge_reports(proto, parts, reports, source="compile", note=note)
+            report = merge_reports(proto, parts, reports, source="compile", note=note, failed=failed)
             return {"ctx": CTX_NAME, "bin": bins[0] if bins else None, "bins": bins, "partition": report.to_dict()}
 
         entry = ArtifactCache(self.setup.settings.cache_dir).get_or_create(key, build)

@@ -24,34 +24,42 @@ first that compiles is used:
    rung raises :class:`~onnxwrapper.errors.CompileFailedError` naming the model, the shapes, the
    rung and the largest tensor of the failing nodes.
 
-What was taken is recorded twice: in the compiled model's partition report
-(:attr:`~onnxwrapper.kernel.PartitionReport.recovery`, shown by ``get_partition()``, ``aipc -v`` and
-the diff report) and in the compile cache (:class:`RecoveryMemo`, next to the would-be entry of the
-failed compile), so a later session goes straight to the rung that worked and never retries what failed.
+What was taken — also that no part compiled (rung ``cpu``: the replay raises the same
+``PartitionError``, or under strict the ``CompileFailedError``, without compiling) — is recorded
+twice: in the compiled model's partition report (:attr:`~onnxwrapper.kernel.PartitionReport.recovery`,
+shown by ``get_partition()``, ``aipc -v`` and the diff report) and in the compile cache (a :class:`~onnxwrapper.backends.qnn.compile.CompileMemo`
+next to the would-be entry of the failed compile), so a later session goes straight to the rung that
+worked and never retries what failed.
+
+Every compile path goes through this one ladder (:func:`recovering_step`): sessions (static models
+and each shape specialization), sessions with a repair recipe (its rewritten model, or each NPU part
+of a recipe with CPU subgraphs), :func:`~onnxwrapper.backends.qnn.precompile` and
+:func:`~onnxwrapper.backends.qnn.compile_model`. Where the result must keep the model's input
+shapes — a part of a stitched model, an EPContext artifact written for deployment — the batch split
+is skipped (recorded with the reason) and the graph split writes the stitched model.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Any, Mapping
 
 import numpy as np
 import onnx
 
-from onnxwrapper.backends.qnn.compile import qnn_error, recoverable, typed_failure
+from onnxwrapper.backends.qnn.compile import CompileMemo, qnn_error, recoverable, typed_failure
 from onnxwrapper.backends.qnn.model import VTCM_BUDGET_MB
-from onnxwrapper.backends.qnn.pipeline import CacheStore, Compiled, EpContextFromOnnx
+from onnxwrapper.backends.qnn.pipeline import Compiled, EpContextFromOnnx
 from onnxwrapper.backends.qnn.recovery._batch_proof import BatchPlan, batch_plan
 from onnxwrapper.backends.qnn.recovery._batch_split import chunk_sizes, rebatch
 from onnxwrapper.backends.qnn.recovery._graph_split import GraphSplit, SplitRange
 from onnxwrapper.backends.qnn.settings import QnnSettings, QnnSetup
-from onnxwrapper.errors import ArtifactError, PartitionError
-from onnxwrapper.kernel import make_key
+from onnxwrapper.errors import PartitionError
+from onnxwrapper.kernel import PartitionReport, make_key
 
-__all__ = ["RecoveringCompile", "RecoveryMemo", "batch_split_of", "largest_tensor", "option_candidates"]
+__all__ = ["RecoveringCompile", "batch_split_of", "largest_tensor", "option_candidates", "recovering_step"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _MIB = 1024 * 1024
@@ -108,34 +116,6 @@ def option_candidates(exc: BaseException, proto, settings) -> list[dict[str, str
     return [{"vtcm_mb": "8"}] if rows and max(rows) > vtcm * _MIB else []
 
 
-class RecoveryMemo:
-    """The recovery taken for one failed compile, remembered in the compile cache (a meta-only entry
-    keyed by the failed compile's key), so the next session replays it instead of failing again."""
-
-    def __init__(self, cache, compile_key: str) -> None:
-        self.cache = cache
-        self.key = make_key({"qnn-recovery": compile_key})
-
-    def known(self) -> dict | None:
-        """The remembered record, or ``None`` (also when the cache cannot be read)."""
-        if not os.path.isdir(self.cache.entry_dir(self.key)):
-            return None
-        try:
-            entry = self.cache.lookup(self.key)
-        except (ArtifactError, OSError) as exc:
-            _log.debug("onnxwrapper qnn: recovery memo not readable (%s)", exc)
-            return None
-        record = None if entry is None else entry.meta.get("recovery")
-        return record if isinstance(record, dict) and record.get("rung") else None
-
-    def remember(self, record: Mapping[str, Any]) -> None:
-        """Record ``record`` (best effort: a read-only cache only costs the ladder again next time)."""
-        try:
-            self.cache.get_or_create(self.key, lambda _directory: {"recovery": dict(record)})
-        except (ArtifactError, OSError) as exc:
-            _log.debug("onnxwrapper qnn: recovery not cached (%s)", exc)
-
-
 def batch_split_of(compiled: Compiled) -> tuple[BatchPlan, int] | None:
     """``(plan, chunk)`` when ``compiled`` is the smaller-batch model of a batch split, else ``None``."""
     record = compiled.meta.get("recovery") or {}
@@ -163,15 +143,28 @@ def _error_text(exc: BaseException) -> str:
     return f"{name} {code}" if name and code is not None else (name or type(exc).__name__)
 
 
+def recovering_step(store, *, batch_split: str | None = None) -> "RecoveringCompile":
+    """The compile step over ``store`` (a ``CacheStore``, or a ``FolderStore`` for ``compile_model``)
+    with the recovery ladder around it: ``RecoveringCompile(EpContextFromOnnx(store), store, …)``.
+    ``batch_split``: ``None`` allows the batch split; a reason (text) skips it."""
+    return RecoveringCompile(EpContextFromOnnx(store), store, batch_split=batch_split)
+
+
 class RecoveringCompile:
     """A compile step (called like ``EpContextFromOnnx``) with the recovery ladder around ``inner``.
 
     Args:
-        inner: the session's ``EpContextFromOnnx`` over ``store`` (a ``CacheStore``).
+        inner: ``EpContextFromOnnx`` over ``store`` (or a step compiling into it, e.g. a repaired one).
+        store: a ``CacheStore`` (its cache keeps the recovery memo and the graph split's parts) or a
+            ``FolderStore`` (``compile_model``: the options rung compiles into its folder, the graph
+            split's parts and the memo go to the compile cache of its settings).
+        batch_split: ``None`` (default) allows rung 2; a reason skips it — where the compiled model
+            must keep the model's input shapes (a part of a stitched model, a deployable artifact).
     """
 
-    def __init__(self, inner, store: CacheStore) -> None:
+    def __init__(self, inner, store, *, batch_split: str | None = None) -> None:
         self.inner, self.store, self.setup = inner, store, store.setup
+        self.no_batch_split = batch_split
 
     def _step(self, step, model_input, proto, shapes, note, values) -> Compiled:
         if values:
@@ -183,19 +176,22 @@ class RecoveringCompile:
 
         Raises:
             CompileFailedError: strict mode and only the CPU rung is left (or the ladder found
-                nothing, which cannot happen outside strict mode). The inner step's other errors.
+                nothing, which cannot happen outside strict mode). PartitionError: no part of the
+                model compiled (every node would run on the CPU). The inner step's other errors.
         """
         key = self.store.key(shapes, [], values)
-        memo = RecoveryMemo(self.store.cache, key)
-        known = None if os.path.isdir(self.store.cache.entry_dir(key)) else memo.known()
-        if known is not None:
+        memo = CompileMemo(self.store.cache, {"qnn-recovery": key}, "recovery", unless_entry=key)
+        known = memo.known()
+        label = note or self.setup.label  # what messages name (compile_model's note is empty for a static model)
+        if isinstance(known, dict) and known.get("rung") and not (known["rung"] == "batch split"
+                                                                  and self.no_batch_split):
             try:
-                return self._replay(known, model_input, proto, shapes, note, values)
+                return self._replay(known, model_input, proto, shapes, label, values)
             except Exception as exc:  # noqa: BLE001 - a replay that fails runs the ladder again
                 if not recoverable(exc):
                     raise
                 _log.info("onnxwrapper qnn: the recorded recovery of %s failed (%s); trying the ladder again",
-                          note, _error_text(exc))
+                          label, _error_text(exc))
         start = time.perf_counter()
         try:
             return self._step(self.inner, model_input, proto, shapes, note, values)
@@ -205,7 +201,12 @@ class RecoveringCompile:
             first = exc
         steps = [{"rung": "as given", "result": "failed", "error": _error_text(first),
                   "seconds": round(time.perf_counter() - start, 2)}]
-        compiled, record = self._ladder(first, steps, model_input, proto, shapes, note, values)
+        try:
+            compiled, record = self._ladder(first, steps, model_input, proto, shapes, label, values)
+        except PartitionError as exc:  # no part compiled: remembered too, so the next compile does not retry
+            if exc.report is not None and exc.report.recovery:
+                memo.remember({"rung": "cpu", "steps": list(exc.report.recovery), "partition": exc.report.to_dict()})
+            raise
         memo.remember(record)
         return compiled
 
@@ -219,7 +220,7 @@ class RecoveringCompile:
             if result is not None:
                 return self._done(result, steps, note, {"rung": "options", "options": extra})
         batch = _batch_of(proto)
-        plan = batch_plan(proto, batch) if batch > 1 else f"the batch is {batch or 'unknown'}"
+        plan = (self.no_batch_split or batch_plan(proto, batch)) if batch > 1 else f"the batch is {batch or 'unknown'}"
         if isinstance(plan, str):
             steps.append({"rung": "batch split", "result": "skipped", "detail": plan})
         else:
@@ -246,9 +247,8 @@ class RecoveringCompile:
         return compiled
 
     def _options(self, extra, model_input, proto, shapes, note, values) -> Compiled:
-        setup = _with_options(self.setup, extra)
         detail = ", ".join(f"{k}={v}" for k, v in extra.items())
-        store = CacheStore(setup, self.store.proto, self.store.model_hash, self.store.pool, rung=f"options: {detail}")
+        store = self.store.with_setup(_with_options(self.setup, extra), rung=f"options: {detail}")
         return self._step(EpContextFromOnnx(store), model_input, proto, shapes, note, values)
 
     def _batch(self, plan: BatchPlan, chunk: int, proto, shapes, note, values) -> Compiled:
@@ -268,8 +268,7 @@ class RecoveringCompile:
                                      f"strict=True forbids running them on the CPU. Drop strict, feed smaller "
                                      f"shapes, or use another precision or target.") from first
 
-        model_key = make_key({"model": self.store.model_hash, "values": repr(sorted((values or {}).items()))})
-        splitter = GraphSplit(self.setup, model_key, strict=self.setup.settings.strict, on_cpu=refuse)
+        splitter = self._splitter(values, refuse)
         start = time.perf_counter()
         compiled, ranges = splitter(proto, shapes, note, _error_text(first), plan=ranges)
         cpu = sum(r.hi - r.lo for r in ranges if r.kind == "cpu")
@@ -285,6 +284,11 @@ class RecoveringCompile:
                                  backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
         return self._done(compiled, steps, note, {"rung": rung, "ranges": [r.to_dict() for r in ranges]})
 
+    def _splitter(self, values, on_cpu) -> GraphSplit:
+        """The graph split of the store's model (with ``values`` bound); ``on_cpu`` refuses under strict."""
+        model_key = make_key({"model": self.store.model_hash, "values": repr(sorted((values or {}).items()))})
+        return GraphSplit(self.setup, model_key, strict=self.setup.settings.strict, on_cpu=on_cpu)
+
     def _done(self, compiled: Compiled, steps, note: str, record: dict):
         report = compiled.report.with_recovery(steps)
         record = dict(record, steps=steps)
@@ -296,6 +300,14 @@ class RecoveringCompile:
         steps = [dict(s) for s in record.get("steps", ())]
         rung = record["rung"]
         _log.info("onnxwrapper qnn: %s failed to compile before; using the recorded recovery (%s)", note, rung)
+        if rung == "cpu":  # no part compiled before: every node on the CPU (strict: the typed error)
+            report = PartitionReport.from_dict(record["partition"]).with_source("cache")
+            first = steps[0].get("error", "") if steps else ""
+            if self.setup.settings.strict:
+                self._strict_replay(note, shapes, first)(report.cpu_nodes, "no part of the graph compiles")
+            raise PartitionError(f"The QNN HTP could compile no part of {note} ({report.recovery_summary()}; "
+                                 f"recorded in the compile cache).", backend="qnn", cpu_nodes=report.cpu_nodes,
+                                 report=report)
         if rung == "options":
             compiled = self._options(record["options"], model_input, proto, shapes, note, values)
         elif rung == "batch split":
@@ -305,9 +317,7 @@ class RecoveringCompile:
         else:
             ranges = [SplitRange(r["lo"], r["hi"], r["kind"], r.get("reason", "")) for r in record["ranges"]]
             first = steps[0].get("error", "") if steps else ""
-            splitter = GraphSplit(self.setup, make_key({"model": self.store.model_hash,
-                                                        "values": repr(sorted((values or {}).items()))}),
-                                  strict=self.setup.settings.strict, on_cpu=self._strict_replay(note, shapes, first))
+            splitter = self._splitter(values, self._strict_replay(note, shapes, first))
             compiled, _ranges = splitter(proto, shapes, note, first, plan=ranges)
         report = compiled.report.with_recovery(steps)
         return dataclasses.replace(compiled, report=report, meta=dict(compiled.meta, recovery=record))

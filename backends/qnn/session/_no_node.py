@@ -15,8 +15,9 @@ the same by default, and says so:
 * :func:`no_node_policy` — ``strict=True``: :class:`~onnxwrapper.errors.PartitionError` (the
   ``strict`` refusal); otherwise one :class:`~onnxwrapper.kernel.PartialOffloadWarning` per model
   and process naming the way to refuse (``backend_options={'strict': True}``, ``aipc --strict``).
-* :class:`NoNodeMemo` — the verdict is remembered in the compile cache (a meta-only entry next to
-  the would-be compile), so later sessions do not try to compile again.
+* the verdict is remembered in the compile cache (a
+  :class:`~onnxwrapper.backends.qnn.compile.CompileMemo` next to the would-be compile), so later
+  sessions do not try to compile again.
 * :func:`~onnxwrapper.backends.qnn._op_support.predicted_no_node` — a model none of whose op types the QNN EP has a builder for
   (:data:`~onnxwrapper.backends.qnn._op_support.QNN_OP_TYPES`, or a custom domain such as
   ``ai.onnx.ml``'s ``TreeEnsembleClassifier`` + ``ZipMap``) is known to get no node without any
@@ -28,17 +29,17 @@ the same by default, and says so:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import warnings
 from typing import Any, Mapping
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
+from onnxwrapper.backends.qnn.compile import CompileMemo
 from onnxwrapper.backends.qnn.platform import EP_NAME
-from onnxwrapper.errors import ArtifactError, CompileFailedError, PartitionError
-from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, make_key, user_stacklevel
+from onnxwrapper.errors import CompileFailedError, PartitionError
+from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, user_stacklevel
 
-__all__ = ["CPU_EP", "NoNodeMemo", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
+__all__ = ["CPU_EP", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
            "ort_provider_options"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
@@ -94,39 +95,6 @@ def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_ke
     warnings.warn(message, PartialOffloadWarning, stacklevel=user_stacklevel())
 
 
-class NoNodeMemo:
-    """Remembers, in the compile cache, that the QNN EP took no node of one compile.
-
-    Args:
-        cache: the :class:`~onnxwrapper.kernel.ArtifactCache`. compile_key: the cache key the
-            compile would have. patches: the ``patches`` option (patching is tried before giving up).
-    """
-
-    def __init__(self, cache, compile_key: str, patches: Any) -> None:
-        self.cache = cache
-        self.key = make_key({"qnn-took-no-node": compile_key, "patches": repr(patches)})
-
-    def known(self) -> PartitionReport | None:
-        """The remembered partition (source ``"cache"``), or ``None`` (also when the cache cannot be read)."""
-        if not os.path.isdir(self.cache.entry_dir(self.key)):
-            return None
-        try:
-            entry = self.cache.lookup(self.key)
-        except (ArtifactError, OSError) as exc:
-            _log.debug("onnxwrapper qnn: no-node memo not readable (%s)", exc)
-            return None
-        if entry is None or "partition" not in entry.meta:
-            return None
-        return PartitionReport.from_dict(entry.meta["partition"]).with_source("cache")
-
-    def remember(self, report: PartitionReport) -> None:
-        """Record ``report`` (best effort: a read-only cache only costs a compile attempt next time)."""
-        try:
-            self.cache.get_or_create(self.key, lambda _directory: {"partition": report.to_dict()})
-        except (ArtifactError, OSError) as exc:
-            _log.debug("onnxwrapper qnn: no-node verdict not cached (%s)", exc)
-
-
 class QnnCpuSession(BackendSession):
     """ORT's CPU session of a model the QNN EP took no node of (see the module docstring).
 
@@ -163,14 +131,14 @@ class QnnCpuSession(BackendSession):
 def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, shapes, note: str, values=None):
     """Compile with ``compile_epcontext`` (an ``EpContextFromOnnx`` over ``store``, a ``CacheStore``):
     ``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node (remembered in the
-    cache with :class:`NoNodeMemo`, so the next session does not try again). ``values``: the
-    specialization's bound control-input values, or ``None``."""
+    cache with a :class:`~onnxwrapper.backends.qnn.compile.CompileMemo`, so the next session does
+    not try again). ``values``: the specialization's bound control-input values, or ``None``."""
     key = store.key(shapes, [], values)
-    memo = NoNodeMemo(store.cache, key, patches)
-    # a cache hit (the usual case) costs one stat here; the memo is read only when there is no entry
-    known = None if os.path.isdir(store.cache.entry_dir(key)) else memo.known()
-    if known is not None:
-        return None, known
+    memo = CompileMemo(store.cache, {"qnn-took-no-node": key, "patches": repr(patches)}, "partition",
+                       unless_entry=key)
+    known = memo.known()
+    if isinstance(known, dict):
+        return None, PartitionReport.from_dict(known).with_source("cache")
     try:
         if values:
             return compile_epcontext(model_input, proto, shapes, note, values), None
@@ -178,6 +146,5 @@ def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, sh
     except PartitionError as exc:
         if exc.report is None:
             raise
-        memo.remember(exc.report)
+        memo.remember(exc.report.to_dict())
         return None, exc.report
-
