@@ -28,24 +28,19 @@ the same by default, and says so:
 
 from __future__ import annotations
 
-import logging
-import threading
-import warnings
 from typing import Any, Mapping
 
 from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDescription
 from onnxwrapper.backends.qnn.compile import CompileMemo
 from onnxwrapper.backends.qnn.platform import EP_NAME
+from onnxwrapper.backends.qnn.session._partition_check import warn_once
 from onnxwrapper.errors import CompileFailedError, PartitionError
-from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, user_stacklevel
+from onnxwrapper.kernel import PartitionReport
 
 __all__ = ["CPU_EP", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
            "ort_provider_options"]
 
-_log = logging.getLogger("onnxwrapper.qnn")
 CPU_EP = "CPUExecutionProvider"
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
 
 
 def ort_providers() -> list[str]:
@@ -87,12 +82,7 @@ def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_ke
     message = (f"The QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}){why}; it runs "
                f"on ORT's CPU execution provider, as onnxruntime with the QNN EP does. "
                f"backend_options={{'strict': True}} (aipc --strict) refuses such sessions.")
-    _log.info("onnxwrapper qnn: %s", message)
-    with _warned_lock:
-        if warn_key in _warned:
-            return
-        _warned.add(warn_key)
-    warnings.warn(message, PartialOffloadWarning, stacklevel=user_stacklevel())
+    warn_once(warn_key, message)
 
 
 class QnnCpuSession(BackendSession):

@@ -14,7 +14,7 @@ import warnings
 from onnxwrapper.errors import PartitionError
 from onnxwrapper.kernel import PartialOffloadWarning, PartitionReport, user_stacklevel
 
-__all__ = ["check_partition"]
+__all__ = ["check_partition", "warn_once"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _warned: set[str] = set()
@@ -55,6 +55,14 @@ def check_partition(report: PartitionReport, *, strict: bool, label: str, warn_k
         return
     message = (f"Only part of {label} runs on the QNN NPU: {report.summary()}. CPU nodes: {listed}. "
                f"Use session.get_partition() for the per-node list, or backend_options={{'strict': True}} to fail.")
+    warn_once(warn_key, message, stacklevel=None if stacklevel is None else stacklevel + 1)
+
+
+def warn_once(warn_key: str, message: str, *, stacklevel: int | None = None) -> None:
+    """Log ``message`` at INFO and warn it as a :class:`~onnxwrapper.kernel.PartialOffloadWarning` the
+    first time ``warn_key`` (a model's identity) is seen in this process (thread-safe). ``stacklevel``
+    counts from the caller of this function; default: the user's call
+    (:func:`onnxwrapper.kernel.user_stacklevel`)."""
     _log.info("onnxwrapper qnn: %s", message)
     with _warned_lock:
         if warn_key in _warned:
