@@ -9,7 +9,7 @@ CPU nodes can be patched, a second probe runs the QNN backend with its automatic
 
 :func:`inspect_binary` / :func:`format_binary` are ``aipc inspect MODEL.bin``: the graphs of a QNN
 context binary with their input/output tensors (QNN names, shapes, data types, scale/offset of
-quantized tensors), read with the QNN System library (``backends/qnn/binary/_binary.py``).
+quantized tensors), read with the QNN System library (``onnxwrapper/backends/qnn/binary/_binary.py``).
 
 Static shapes: :func:`make_static` applies ``--shape NAME=d0,d1,…`` (via
 :func:`onnxwrapper.kernel.model._shapes.specialize`, i.e. ``onnxruntime.tools.onnx_model_utils``) and named

@@ -4,7 +4,7 @@ count — no folder of more than 15 modules, and no module of more than 400 line
 
 Import-linter's contracts see the arrows between layers and packages; a cycle inside one package
 (``a → b → a`` with both in ``onnxwrapper.diff``) passes them. This test parses every module of the
-installed layout with :mod:`ast` and finds the strongly connected components of the import graph
+distribution with :mod:`ast` and finds the strongly connected components of the import graph
 (Tarjan's algorithm).
 """
 
@@ -27,12 +27,11 @@ OTHER_FOLDERS = ("tests", "benchmarks", "examples")
 
 def project_modules(repo: Path = REPO) -> dict[str, Path]:
     """``{dotted module name: file}`` for every module the distribution installs (pyproject's
-    ``packages`` and ``package-dir``: ``backends/`` is ``onnxwrapper.backends``)."""
+    ``packages``; a package's folder is its dotted name)."""
     config = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapping = config.get("package-dir", {})
     modules = {}
     for package in config["packages"]:
-        folder = repo / mapping.get(package, package.replace(".", "/"))
+        folder = repo / package.replace(".", "/")
         for path in folder.glob("*.py"):
             name = package if path.stem == "__init__" else f"{package}.{path.stem}"
             modules[name] = path

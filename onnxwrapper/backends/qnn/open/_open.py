@@ -57,7 +57,7 @@ __all__ = ["open_session"]
 
 def _open_raw_binary(setup: QnnSetup, configs, warn_key: str):
     """Session on one graph of a raw QNN context binary, wrapped as an EPContext model
-    (``backends/qnn/binary/_binary.py``); names/order/dtypes/metadata from the companion ONNX model."""
+    (``onnxwrapper/backends/qnn/binary/_binary.py``); names/order/dtypes/metadata from the companion ONNX model."""
     start = time.perf_counter()
     source, settings = setup.source, setup.settings
     if not os.path.isfile(source.path):

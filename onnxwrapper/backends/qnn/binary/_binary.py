@@ -13,8 +13,8 @@ v1–v3, graph info v1–v3, tensor v1–v2) for 64-bit hosts.
   ``qai`` backend to list graph names, and to check IO before loading).
 
 Its EPContext wrapper is :mod:`onnxwrapper.backends.qnn.binary._wrap`; the raw-binary resolver is in
-``backends/qnn/artifacts/_artifacts.py``; the ``qnn`` backend opens a ``.bin`` given as the model path
-(``backends/qnn/_backend.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin``
+``onnxwrapper/backends/qnn/artifacts/_artifacts.py``; the ``qnn`` backend opens a ``.bin`` given as the model path
+(``onnxwrapper/backends/qnn/_backend.py``: options ``graph`` and ``onnx``), and ``aipc inspect model.bin``
 prints :meth:`BinaryInfo.to_dict`.
 
 Limits: the reader needs a libQnnSystem matching the binary's QNN version (newer binaries may be
