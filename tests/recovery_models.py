@@ -4,6 +4,7 @@
   in fp32 (``QNN_COMMON_ERROR_MEM_ALLOC 1002`` after ~1 s, measured) and can with ``vtcm_mb=8``.
 * :func:`gelu_net` — Conv1d → Erf GELU → Conv1d: the QNN EP fuses the GELU, which the simulator's
   fp32 mode cannot finalize (measured), while each piece alone compiles.
+* :func:`padded_gelu_net` — the same behind a ``Pad`` whose pads are computed from ``Constant`` nodes.
 * :func:`unet1d` — a stand-in of a real EEG app's 1-D conv U-Net (Conv1d, Erf GELU, strided Conv1d
   down, ConvTranspose up, skip Concats; inputs ``a [n, 1, L]`` + ``b [n, 15, L]``).
 * batch-mixing models (:data:`MIXING`) and per-sample ones (:data:`PER_SAMPLE`) for the batch split.
@@ -72,6 +73,35 @@ def gelu_net(batch="N", length: int = 64, channels: int = 4, seed: int = 0) -> b
     y = b.conv(b.gelu(b.conv("x", channels, channels)), channels, channels, k=1)
     g = h.make_graph(b.nodes, "gelu_net", [h.make_tensor_value_info("x", T.FLOAT, [batch, channels, length])],
                      [h.make_tensor_value_info(y, T.FLOAT, [batch, channels, length])], b.inits)
+    return make_model(g)
+
+
+def padded_gelu_net(length: int = 64, channels: int = 4, seed: int = 0) -> bytes:
+    """silero-vad's STFT padding in small, then :func:`gelu_net`: the pads of a ``Pad`` computed from
+    ``Constant`` nodes through a ``Transpose``, ``Reshape`` and ``Cast`` (values onnxruntime folds when
+    it compiles), the GELU's scalars as ``Constant`` nodes too; x float[1, c, length] → y float[1, c,
+    length + 4]. fp32 makes the QNN EP fuse the GELU, which the simulator cannot finalize: a graph split."""
+    b = _Builder(seed)
+
+    def constant(name: str, value) -> str:
+        b.nodes.append(h.make_node("Constant", [], [name], value=nh.from_array(np.asarray(value), name + "_value"),
+                                   name=name))
+        return name
+
+    raw = constant("pads_by_axis", np.array([[0, 0], [0, 0], [2, 2]], np.int32))
+    b.nodes += [h.make_node("Transpose", [raw], ["pads_t"], perm=[1, 0], name="pads_transpose"),
+                h.make_node("Reshape", ["pads_t", constant("flat", np.array([-1], np.int64))], ["pads_flat"],
+                            name="pads_reshape"),
+                h.make_node("Cast", ["pads_flat"], ["pads"], to=T.INT64, name="pads_cast"),
+                h.make_node("Pad", ["x", "pads"], ["padded"], mode="constant", name="pad")]
+    c = b.conv("padded", channels, channels)
+    s, one, half = (constant(n, np.float32(v)) for n, v in (("s", 1 / np.sqrt(2)), ("one", 1.0), ("half", 0.5)))
+    b.nodes += [h.make_node("Mul", [c, s], ["scaled"], name="scale"), h.make_node("Erf", ["scaled"], ["erf"], name="erf"),
+                h.make_node("Add", ["erf", one], ["added"], name="add"), h.make_node("Mul", [c, "added"], ["m"], name="mul"),
+                h.make_node("Mul", ["m", half], ["gelu"], name="gelu")]
+    y = b.conv("gelu", channels, channels, k=1)
+    g = h.make_graph(b.nodes, "padded_gelu_net", [h.make_tensor_value_info("x", T.FLOAT, [1, channels, length])],
+                     [h.make_tensor_value_info(y, T.FLOAT, [1, channels, length + 4])], b.inits)
     return make_model(g)
 
 

@@ -77,6 +77,31 @@ def test_an_fp32_gelu_net_runs_split_with_the_cpus_answers_and_strict_refuses_ty
     assert "the model (bytes)" in str(error) and "fp32 mode cannot finalize" in str(error)
 
 
+def test_a_split_keeps_constants_and_what_is_computed_from_them_inside_each_part(cache):
+    """silero-vad's models at fp32: ``Constant`` nodes, and values computed from constants only (pads
+    through a ``Transpose``), are copied into each range that reads them, never cut into a range of
+    their own (ORT folds such a range away, and the next part's ``EPContext`` node then reads an
+    initializer: "The count of graph inputs should be at least the count of tensor_wrapper")."""
+    from onnxwrapper.backends.qnn.recovery._graph_split import SplitRange, _order, range_parts
+
+    data = rm.padded_gelu_net()
+    model = onnx.load_from_string(data)
+    names = [model.graph.node[i].name for i in _order(model)]
+    assert names[0] == "pad" and "pads_transpose" not in names and "s" not in names
+    parts = range_parts(model, [SplitRange(0, 2, "npu"), SplitRange(2, len(names), "npu")])
+    copied = [[model.graph.node[i].name for i in p.copies] for p in parts]
+    assert copied[0] == ["pads_by_axis", "flat", "pads_transpose", "pads_reshape", "pads_cast"]
+    assert copied[1] == ["s", "one", "half"] and all(p.inputs for p in parts)
+    x = np.random.default_rng(1).standard_normal((1, 4, 64)).astype(np.float32)
+    with pytest.warns(PartialOffloadWarning, match="recovered by graph split"):
+        session = onnxwrapper.InferenceSession(data, backend="qnn",
+                                               backend_options={"precision": "fp32", "cache_dir": cache})
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], _cpu(data, {"x": x})[0], atol=1e-5)
+    report = session.get_partition()
+    assert report.recovery[-1]["rung"] == "graph split" and report.recovery[-1]["result"] == "compiled"
+    assert [n.op_type for n in report.nodes if n.ep != "QNNExecutionProvider"] == ["Erf"]
+
+
 class _BatchFailingPool:
     """The compile-worker seam with a batch-dependent failure: every compile of a model whose first
     input has a batch above 1 fails as the simulator fails (ORT's EPFail, MEM_ALLOC 1002)."""

@@ -163,6 +163,24 @@ def test_assembled_parts_compute_the_original_model():
         assert got.tobytes() == ref.tobytes()
 
 
+def test_values_computed_from_constants_only_are_copied_into_the_parts_that_read_them():
+    """A ``Transpose`` of a constant (not a shape op) is folded by onnxruntime when a part compiles:
+    it is copied into the parts reading it, never a member (a folded part's output would reach the
+    next QNN part as an initializer, which its ``EPContext`` node cannot take)."""
+    from tests.recovery_models import padded_gelu_net
+
+    m = onnx.load_from_string(padded_gelu_net())
+    parts = split_stages(m, ["erf"])
+    members = {m.graph.node[i].name for p in parts for i in p.nodes}
+    assert not members & {"pads_by_axis", "pads_transpose", "pads_reshape", "pads_cast", "s", "one", "half"}
+    assert [m.graph.node[i].name for i in parts[0].copies] == ["pads_by_axis", "flat", "pads_transpose",
+                                                               "pads_reshape", "pads_cast", "s"]
+    types = tensor_types(m)
+    stitched = assemble(m, parts, {p.stage: part_model(m, p, types) for p in parts if p.kind == "npu"}, types)
+    x = np.random.default_rng(2).standard_normal((1, 4, 64)).astype(np.float32)
+    assert run(stitched, {"x": x})[0].tobytes() == run(m, {"x": x})[0].tobytes()
+
+
 def test_boundary_types_are_made_static_by_a_cpu_probe():
     m = chain_model()
     for out in m.graph.output:  # declared symbolic, as exported models often are

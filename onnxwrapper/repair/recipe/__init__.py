@@ -15,7 +15,8 @@ from onnxwrapper.repair.recipe._apply import RepairedModel, apply_recipe
 from onnxwrapper.repair.recipe._checks import UnverifiedRecipeWarning, check_recipe, scaled_tensors
 from onnxwrapper.repair.recipe._format import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
                                                model_sha256)
-from onnxwrapper.repair.recipe._split import ModelPart, assemble, boundary_types, part_model, split_stages, tensor_types
+from onnxwrapper.repair.recipe._split import (ModelPart, assemble, boundary_types, part_model, read_names, replica_copies,
+                                              replicated_nodes, split_stages, tensor_types)
 
 __all__ = [
     "FORMAT",
@@ -34,6 +35,9 @@ __all__ = [
     "load_recipes",
     "model_sha256",
     "part_model",
+    "read_names",
+    "replica_copies",
+    "replicated_nodes",
     "scaled_tensors",
     "split_stages",
     "tensor_types",

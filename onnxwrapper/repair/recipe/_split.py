@@ -29,11 +29,15 @@ import onnx
 from onnx import helper
 from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
-__all__ = ["ModelPart", "REPLICATED_OPS", "split_stages", "tensor_types", "boundary_types", "part_model", "assemble"]
+__all__ = ["ModelPart", "REPLICATED_OPS", "assemble", "boundary_types", "part_model", "read_names", "replica_copies",
+           "replicated_nodes", "split_stages", "tensor_types"]
 
 #: ops copied into every part that reads them when they read only graph inputs and constants
 REPLICATED_OPS = {"Constant", "Shape", "Size", "Gather", "Squeeze", "Unsqueeze", "Cast", "Reshape", "Concat", "Slice",
                   "Equal", "Not", "Greater", "Less", "Add", "Sub", "Mul", "Div", "ConstantOfShape", "Range", "Identity"}
+
+#: op types never folded as constants (their value is drawn anew at every run)
+_NONDETERMINISTIC = ("Random", "Multinomial", "Bernoulli")
 
 
 @dataclass(frozen=True)
@@ -57,15 +61,16 @@ class ModelPart:
     copies: tuple = ()
 
 
-def _reads(node: onnx.NodeProto) -> list:
-    """Names ``node`` reads, its subgraphs' outer-scope references included."""
+def read_names(node: onnx.NodeProto) -> list:
+    """Tensor names ``node`` reads, its subgraphs' outer-scope references included (in order, with
+    repeats; empty optional inputs left out)."""
     names = [n for n in node.input if n]
     for a in node.attribute:
         graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
         for g in graphs:
             inner = {o for n in g.node for o in n.output} | {i.name for i in g.input} | {i.name for i in g.initializer}
             for n in g.node:
-                names += [x for x in _reads(n) if x not in inner]
+                names += [x for x in read_names(n) if x not in inner]
     return names
 
 
@@ -88,14 +93,14 @@ def split_stages(model: onnx.ModelProto, cpu_nodes) -> list[ModelPart]:
     missing = sorted(cpu - names)
     if missing:
         raise ValueError(f"no node named {', '.join(missing)} in the model")
-    constants = _replicated(model, cpu)
+    constants = replicated_nodes(model, cpu)
     producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
     stage: dict[int, int] = {}
     for i, node in enumerate(graph.node):
         if i in constants:
             continue
         kind = 1 if node.name in cpu else 0
-        lo = max((stage[producer[t]] for t in _reads(node) if t in producer and producer[t] in stage), default=0)
+        lo = max((stage[producer[t]] for t in read_names(node) if t in producer and producer[t] in stage), default=0)
         stage[i] = lo if lo % 2 == kind else lo + 1
     groups: dict[int, list] = {}
     for i, s in stage.items():
@@ -107,17 +112,17 @@ def split_stages(model: onnx.ModelProto, cpu_nodes) -> list[ModelPart]:
     readers: dict[str, set] = {}
     for i, node in enumerate(graph.node):
         if i in part_of:
-            for t in _reads(node):
+            for t in read_names(node):
                 readers.setdefault(t, set()).add(part_of[i])
     inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     parts = []
     for k, s in enumerate(order):
         members = sorted(groups[s])
-        copies = _cone(graph, constants, [t for i in members for t in _reads(graph.node[i])])
+        copies = replica_copies(graph, constants, [t for i in members for t in read_names(graph.node[i])])
         produced = {o for i in members for o in graph.node[i].output if o}
         inputs = []
         for i in copies + members:
-            for t in _reads(graph.node[i]):
+            for t in read_names(graph.node[i]):
                 if t not in produced and t not in inits and t not in const_out and t not in inputs:
                     inputs.append(t)
         outputs = [o for i in members for o in graph.node[i].output
@@ -127,8 +132,10 @@ def split_stages(model: onnx.ModelProto, cpu_nodes) -> list[ModelPart]:
     return parts
 
 
-def _cone(graph, replicated: set, reads: list) -> list:
-    """Indices of the ``replicated`` nodes the tensors ``reads`` come from, directly or through each other."""
+def replica_copies(graph: onnx.GraphProto, replicated: set, reads: list) -> list:
+    """Indices (in ``graph.node``, sorted) of the ``replicated`` nodes (:func:`replicated_nodes`) that the
+    tensor names ``reads`` come from, directly or through each other: the copies a part reading
+    ``reads`` needs. ``reads`` is consumed."""
     producer = {o: i for i in replicated for o in graph.node[i].output if o}
     chosen: set = set()
     while reads:
@@ -139,11 +146,17 @@ def _cone(graph, replicated: set, reads: list) -> list:
     return sorted(chosen)
 
 
-def _replicated(model: onnx.ModelProto, keep=()) -> set:
-    """Indices of the nodes every part gets its own copy of (module docstring): ``Constant`` nodes, and
+def replicated_nodes(model: onnx.ModelProto, keep=()) -> set:
+    """Indices of the nodes every part gets its own copy of (module docstring): ``Constant`` nodes,
     :data:`REPLICATED_OPS` nodes reading only constants, scalar or integer graph inputs, the shape of a
-    graph input and other such nodes (never a float data tensor; never a node producing a graph output,
-    nor one with subgraphs, nor one named in ``keep``: a recipe's CPU node)."""
+    graph input and other such nodes (never a float data tensor), and any node reading only constants
+    (onnxruntime folds it when it compiles the part: a ``Transpose`` of a constant; not a ``Random*``
+    op); never a node producing a graph output, nor one with subgraphs, nor one named in ``keep``
+    (a recipe's CPU node). Such a value must not cross from one compiled QNN part to another: a part
+    made only of them is folded to an initializer, and the next part's ``EPContext`` node then reads
+    an initializer where its QNN graph has an input (measured on silero-vad's op15 and sequence
+    models, onnxruntime-qnn 2.7.0: "The count of graph inputs should be at least the count of
+    tensor_wrapper")."""
     graph = model.graph
     floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
     inputs = {i.name for i in graph.input}
@@ -152,18 +165,24 @@ def _replicated(model: onnx.ModelProto, keep=()) -> set:
                  or (i.type.tensor_type.HasField("shape") and not i.type.tensor_type.shape.dim)}
     available |= {t.name for t in graph.initializer}
     outputs = {o.name for o in graph.output}
+    # values known before any input arrives: what onnxruntime constant-folds when it compiles a part
+    constant = {t.name for t in graph.initializer} - inputs
     result = set()
     for i, n in enumerate(graph.node):
         shape_of_input = n.op_type in ("Shape", "Size") and n.input and n.input[0] in inputs
+        folded = bool([t for t in n.input if t]) and all(t in constant for t in n.input if t) \
+            and not n.op_type.startswith(_NONDETERMINISTIC)
         if n.op_type == "Constant" and not n.input:
             result.add(i)
-        elif (n.op_type not in REPLICATED_OPS or n.name in keep or n.domain not in ("", "ai.onnx")
+        elif (not (n.op_type in REPLICATED_OPS or folded) or n.name in keep or n.domain not in ("", "ai.onnx")
               or set(n.output) & outputs
               or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
-              or not (shape_of_input or all(t in available for t in n.input if t))):
+              or not (folded or shape_of_input or all(t in available for t in n.input if t))):
             continue
         result.add(i)
         available.update(o for o in n.output if o)
+        if n.op_type == "Constant" or folded:
+            constant.update(o for o in n.output if o)
     return result
 
 
@@ -249,7 +268,7 @@ def part_model(model: onnx.ModelProto, part: ModelPart, types: dict) -> onnx.Mod
     """
     graph = model.graph
     nodes = _constant_nodes(model, part) + [graph.node[i] for i in part.nodes]
-    used = {t for n in nodes for t in _reads(n)}
+    used = {t for n in nodes for t in read_names(n)}
     inits = [t for t in graph.initializer if t.name in used and t.name not in part.inputs]
     internal = {o for n in nodes for o in n.output} - set(part.outputs)
     value_info = [vi for vi in graph.value_info if vi.name in internal]
@@ -306,7 +325,7 @@ def assemble(model: onnx.ModelProto, parts: list, built: dict, types: dict) -> o
         else:
             own = _constant_nodes(model, part) + [graph.node[i] for i in part.nodes]
             add(own)
-            used = {t for n in own for t in _reads(n)}
+            used = {t for n in own for t in read_names(n)}
             for t in graph.initializer:
                 if t.name in used:
                     inits[t.name] = t

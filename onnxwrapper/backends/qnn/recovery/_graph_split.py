@@ -38,14 +38,14 @@ from onnxwrapper.backends.qnn.pipeline import (CacheStore, Compiled, EpContextFr
                                                write_stitched)
 from onnxwrapper.errors import PartitionError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
-from onnxwrapper.repair import ModelPart, boundary_types, part_model
+from onnxwrapper.repair import ModelPart, boundary_types, part_model, read_names, replica_copies, replicated_nodes
 
 __all__ = ["MAX_COMPILES", "SplitRange", "GraphSplit", "range_parts"]
 
 #: most compiles one graph split tries before the ranges still failing run on the CPU whole
 MAX_COMPILES = 64
 #: part of the cache keys of parts and assembled models; bump when what is built changes
-SPLIT_FORMAT = "qnn-graph-split-v2"
+SPLIT_FORMAT = "qnn-graph-split-v3"
 CPU_EP = "CPUExecutionProvider"
 _NONE_TAKEN = "the QNN EP takes none of its nodes"
 
@@ -65,45 +65,46 @@ class SplitRange:
         return {"lo": self.lo, "hi": self.hi, "kind": self.kind, "reason": self.reason}
 
 
-def _order(model: onnx.ModelProto) -> list[int]:
-    return [i for i, n in enumerate(model.graph.node) if not (n.op_type == "Constant" and not n.input)]
-
-
-def _read_names(node: onnx.NodeProto) -> list[str]:
-    """Tensors ``node`` reads, including those its subgraphs take from the enclosing scope."""
-    names = [t for t in node.input if t]
-    for attr in node.attribute:
-        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-            local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-            local |= {o for n in graph.node for o in n.output}
-            names += [t for n in graph.node for t in _read_names(n) if t not in local]
-    return names
+def _order(model: onnx.ModelProto, replicated: set | None = None) -> list[int]:
+    """The indices of the nodes the ranges cut: all but the replicated ones (constants and the shape
+    and scalar computations on them, :func:`onnxwrapper.repair.replicated_nodes`), which every range
+    reading them gets its own copy of. A scalar or shape value crossing from one compiled QNN part to
+    another fails: ORT constant-folds a range made only of such nodes into an initializer, and the next
+    part's ``EPContext`` node then reads an initializer where its QNN graph has an input (measured on
+    silero-vad's op15 model: "The count of graph inputs should be at least the count of tensor_wrapper")."""
+    replicated = replicated_nodes(model) if replicated is None else replicated
+    return [i for i in range(len(model.graph.node)) if i not in replicated]
 
 
 def range_parts(model: onnx.ModelProto, ranges: Sequence[SplitRange]) -> list[ModelPart]:
     """The :class:`~onnxwrapper.repair.ModelPart` of each range (stage = its position), with the
-    tensors it reads from graph inputs or earlier ranges and those later ranges or the graph outputs need."""
+    tensors it reads from graph inputs or earlier ranges, those later ranges or the graph outputs
+    need, and the replicated nodes it reads as its copies (``ModelPart.copies``)."""
     graph = model.graph
-    order = _order(model)
-    constants = {o for n in graph.node if n.op_type == "Constant" and not n.input for o in n.output}
+    replicated = replicated_nodes(model)
+    order = _order(model, replicated)
+    constants = {o for i in replicated for o in graph.node[i].output if o}
     inits = {t.name for t in graph.initializer} - {i.name for i in graph.input}
     part_of = {order[k]: index for index, r in enumerate(ranges) for k in range(r.lo, r.hi)}
     readers: dict[str, set] = {}
     for i, index in part_of.items():
-        for t in _read_names(graph.node[i]):
+        for t in read_names(graph.node[i]):
             readers.setdefault(t, set()).add(index)
     outputs = {o.name for o in graph.output}
     parts = []
     for index, r in enumerate(ranges):
         members = [order[k] for k in range(r.lo, r.hi)]
         produced = {o for i in members for o in graph.node[i].output if o}
+        # each range gets its own copy of the replicated nodes it reads (they are in no range); what
+        # those copies read from the graph inputs (a scalar, an input's shape) is the range's input too
+        copies = replica_copies(graph, replicated, [t for i in members for t in read_names(graph.node[i])])
         inputs: list[str] = []
-        for i in members:
-            for t in _read_names(graph.node[i]):
+        for i in copies + members:
+            for t in read_names(graph.node[i]):
                 if t not in produced and t not in inits and t not in constants and t not in inputs:
                     inputs.append(t)
         outs = [o for i in members for o in graph.node[i].output if o and (o in outputs or readers.get(o, set()) - {index})]
-        parts.append(ModelPart(r.kind, index, tuple(members), tuple(inputs), tuple(outs)))
+        parts.append(ModelPart(r.kind, index, tuple(members), tuple(inputs), tuple(outs), tuple(copies)))
     return parts
 
 
