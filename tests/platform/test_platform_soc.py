@@ -144,6 +144,31 @@ def test_simulator_only_rules_hold_on_the_simulator_only():
         check_feed_rows(row, resolve_settings({}, {}, real_npu=False), "m")
 
 
+def test_the_vtcm_rung_asks_for_what_the_device_reports_and_8_mb_on_the_simulator_only():
+    """A graph gets 4 MB of VTCM unless ``vtcm_mb`` asks for more (QNN HTP docs); after MEM_ALLOC with
+    a row beyond it, the recovery ladder asks for the device's own VTCM size, never a guess."""
+    import onnx
+
+    from onnxwrapper.backends.qnn.recovery import _recovery
+    from tests import recovery_models as rm
+
+    proto = onnx.load_from_string(rm.long_row(row=1 << 22))  # rows of 8 MiB in FP16
+    failure = RuntimeError("Failed to finalize QNN graph. Error: QNN_COMMON_ERROR_MEM_ALLOC, Code: 1002")
+
+    def candidates(settings):
+        return _recovery.option_candidates(failure, proto, settings)
+
+    fp16 = {"precision": "fp16"}
+    assert candidates(resolve_settings(fp16, {}, real_npu=False)) == [{"vtcm_mb": "8"}]
+    assert candidates(resolve_settings(fp16, {}, real_npu=True, device_soc=DeviceSoc(60, 73, 8, "QNN"))) == [
+        {"vtcm_mb": "8"}]
+    assert candidates(resolve_settings(fp16, {}, real_npu=True, device_soc=DeviceSoc(69, 79, 12, "QNN"))) == [
+        {"vtcm_mb": "12"}]
+    assert candidates(resolve_settings(fp16, {}, real_npu=True, device_soc=DeviceSoc(35, 68, 4, "QNN"))) == []
+    assert candidates(resolve_settings(fp16, {}, real_npu=True, device_soc=DeviceSoc(60, 73, None, "QNN"))) == []
+    assert candidates(resolve_settings(fp16, {"vtcm_mb": "8"}, real_npu=False)) == []
+
+
 def test_fp16_on_v68_is_refused_with_the_fix_and_quantized_models_pass():
     import onnx
 

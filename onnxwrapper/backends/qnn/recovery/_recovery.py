@@ -9,7 +9,8 @@ first that compiles is used:
 1. **options** — only what measurably helps (measured on the simulator, onnxruntime-qnn 2.7.0):
    ``vtcm_mb=8`` when the failure is ``MEM_ALLOC`` and a tensor of the graph has a row (innermost
    dim) larger than the 4 MiB VTCM budget (an fp32 ``[1, 2²¹]`` intermediate fails, and compiles
-   with it). ``htp_graph_finalization_optimization_mode`` 1–3 and ``enable_htp_spill_fill_buffer=1``
+   with it); on a device, the VTCM size QNN reports for it, when larger than 4 MB (not verified
+   on hardware). ``htp_graph_finalization_optimization_mode`` 1–3 and ``enable_htp_spill_fill_buffer=1``
    rescued none of the failures measured (fp32 kernels missing, the long-row failure, the 1-D
    U-Net stand-in) and changed no compile time beyond noise, so they are not tried.
 2. **batch split** — only where :func:`~onnxwrapper.backends.qnn.recovery._batch_proof.batch_plan` proves
@@ -103,17 +104,21 @@ def largest_tensor(proto, nodes=None) -> str | None:
 
 
 def option_candidates(exc: BaseException, proto, settings) -> list[dict[str, str]]:
-    """The QNN EP options worth one more compile for failure ``exc`` of ``proto`` (module docstring)."""
+    """The QNN EP options worth one more compile for failure ``exc`` of ``proto`` (module docstring):
+    more VTCM than the graph has (4 MB unless ``vtcm_mb`` says otherwise, QNN HTP docs) — on the
+    simulator 8 MB (measured to rescue a long fp32 row), on a device the size it reports
+    (``settings.device_vtcm_mb``; nothing when unknown or not larger: more than the SoC has fails)."""
     name, _code = qnn_error(exc)
     vtcm = int(settings.ep_options.get("vtcm_mb", 0) or 0) or VTCM_BUDGET_MB
-    if name != "QNN_COMMON_ERROR_MEM_ALLOC" or vtcm >= 8:
+    ceiling = settings.device_vtcm_mb if settings.real_npu else 8
+    if name != "QNN_COMMON_ERROR_MEM_ALLOC" or not ceiling or vtcm >= ceiling:
         return []
     def htp_bytes(dtype: str) -> int:  # as the HTP holds it: floats in FP16 or fp32, integers at most 4 bytes
         kind = np.dtype(dtype)
         return (2 if settings.precision == "fp16" else 4) if kind.kind == "f" else min(kind.itemsize, 4)
 
     rows = [dims[-1] * htp_bytes(dtype) for _size, _name, dtype, dims in _tensor_sizes(proto) if dims]
-    return [{"vtcm_mb": "8"}] if rows and max(rows) > vtcm * _MIB else []
+    return [{"vtcm_mb": str(ceiling)}] if rows and max(rows) > vtcm * _MIB else []
 
 
 def batch_split_of(compiled: Compiled) -> tuple[BatchPlan, int] | None:

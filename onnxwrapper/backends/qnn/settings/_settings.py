@@ -91,11 +91,14 @@ class QnnSettings(_Record):
             (:mod:`onnxwrapper.backends.qnn.session._context_budget`).
         device: on a real NPU whose SoC is not known (no ``soc_model`` passed: QNN compiles for
             the device it finds), what identifies that device in the compile-cache key; else ``None``.
+        device_vtcm_mb: on a real NPU, the VTCM size (MB) QNN reports for it, or ``None`` (unknown;
+            always ``None`` on the simulator). A graph gets 4 MB of it unless ``vtcm_mb`` asks for
+            more (QNN HTP docs, ``QNN_HTP_GRAPH_CONFIG_OPTION_VTCM_SIZE_IN_MB``: default 4).
     """
 
     __slots__ = ("target", "soc_model", "htp_arch", "precision", "ep_options", "strict", "cache_dir",
                  "max_specializations", "real_npu", "patches", "graph", "companion", "max_feed_mb",
-                 "compile_timeout", "compile_memory_mb", "context_memory_mb", "device")
+                 "compile_timeout", "compile_memory_mb", "context_memory_mb", "device", "device_vtcm_mb")
 
     target: str | None
     soc_model: int | None
@@ -114,6 +117,7 @@ class QnnSettings(_Record):
     compile_memory_mb: float | None
     context_memory_mb: float | None
     device: str | None
+    device_vtcm_mb: int | None
 
     def __init__(self, target: str | None, soc_model: int | None, htp_arch: int | None, precision: str,
                  ep_options: Mapping[str, str] | None = None, strict: bool = False, cache_dir: str | None = None,
@@ -121,10 +125,10 @@ class QnnSettings(_Record):
                  graph: int | str | None = None, companion: str | bool | None = None,
                  max_feed_mb: int = 1024, compile_timeout: float | None = None,
                  compile_memory_mb: float | None = None, context_memory_mb: float | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, device_vtcm_mb: int | None = None) -> None:
         values = (target, soc_model, htp_arch, precision, {} if ep_options is None else ep_options, strict,
                   cache_dir, max_specializations, real_npu, patches, graph, companion, max_feed_mb,
-                  compile_timeout, compile_memory_mb, context_memory_mb, device)
+                  compile_timeout, compile_memory_mb, context_memory_mb, device, device_vtcm_mb)
         for name, value in zip(self.__slots__, values):
             object.__setattr__(self, name, value)
 
@@ -274,7 +278,8 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        real_npu=real_npu, patches=config.get("patches", True), graph=config.get("graph"),
                        companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024),
                        compile_timeout=config.get("compile_timeout"), compile_memory_mb=config.get("compile_memory_mb"),
-                       context_memory_mb=config.get("context_memory_mb"), device=device)
+                       context_memory_mb=config.get("context_memory_mb"), device=device,
+                       device_vtcm_mb=device_soc.vtcm_mb if real_npu and device_soc is not None else None)
 
 
 class QnnSetup(_Record):
