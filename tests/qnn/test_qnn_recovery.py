@@ -35,6 +35,17 @@ def _rungs(report) -> list[tuple[str, str]]:
     return [(step["rung"], step["result"]) for step in report.recovery]
 
 
+def _split_fp32_with_the_cpus_answers(data: bytes, cache: str):
+    """The partition report of an fp32 session of ``data`` (x float[1, 4, 64]) that the recovery
+    ladder split, after checking its answer against onnxruntime on the CPU."""
+    x = np.random.default_rng(1).standard_normal((1, 4, 64)).astype(np.float32)
+    with pytest.warns(PartialOffloadWarning, match="recovered by graph split"):
+        session = onnxwrapper.InferenceSession(data, backend="qnn",
+                                               backend_options={"precision": "fp32", "cache_dir": cache})
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], _cpu(data, {"x": x})[0], atol=1e-5)
+    return session.get_partition()
+
+
 @pytest.fixture
 def cache(tmp_path):
     return str(tmp_path / "cache")
@@ -59,12 +70,7 @@ def test_an_fp32_row_beyond_vtcm_is_rescued_by_the_vtcm_option_and_replayed(cach
 
 def test_an_fp32_gelu_net_runs_split_with_the_cpus_answers_and_strict_refuses_typed(cache):
     data = rm.gelu_net(batch=1)
-    x = np.random.default_rng(1).standard_normal((1, 4, 64)).astype(np.float32)
-    with pytest.warns(PartialOffloadWarning, match="recovered by graph split"):
-        session = onnxwrapper.InferenceSession(data, backend="qnn",
-                                               backend_options={"precision": "fp32", "cache_dir": cache})
-    np.testing.assert_allclose(session.run(None, {"x": x})[0], _cpu(data, {"x": x})[0], atol=1e-5)
-    report = session.get_partition()
+    report = _split_fp32_with_the_cpus_answers(data, cache)
     assert _rungs(report)[0] == ("as given", "failed") and report.recovery[-1]["rung"] == "graph split"
     assert report.target_nodes > 0 and report.offloaded_nodes  # most on the NPU, what fails on the CPU
     with pytest.raises(CompileFailedError) as info:
@@ -92,12 +98,7 @@ def test_a_split_keeps_constants_and_what_is_computed_from_them_inside_each_part
     copied = [[model.graph.node[i].name for i in p.copies] for p in parts]
     assert copied[0] == ["pads_by_axis", "flat", "pads_transpose", "pads_reshape", "pads_cast"]
     assert copied[1] == ["s", "one", "half"] and all(p.inputs for p in parts)
-    x = np.random.default_rng(1).standard_normal((1, 4, 64)).astype(np.float32)
-    with pytest.warns(PartialOffloadWarning, match="recovered by graph split"):
-        session = onnxwrapper.InferenceSession(data, backend="qnn",
-                                               backend_options={"precision": "fp32", "cache_dir": cache})
-    np.testing.assert_allclose(session.run(None, {"x": x})[0], _cpu(data, {"x": x})[0], atol=1e-5)
-    report = session.get_partition()
+    report = _split_fp32_with_the_cpus_answers(data, cache)
     assert report.recovery[-1]["rung"] == "graph split" and report.recovery[-1]["result"] == "compiled"
     assert [n.op_type for n in report.nodes if n.ep != "QNNExecutionProvider"] == ["Erf"]
 
