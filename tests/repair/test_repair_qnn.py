@@ -317,3 +317,19 @@ def test_a_precision_recipe_sets_the_backend_precision(tmp_path, pow_model):
     assert proc.returncode == 0, proc.stderr[-2000:]
     soc, err = proc.stdout.split()
     assert soc == "30" and float(err) < 1e-6  # fp32 simulation (explicit soc_model=30, SM8350), exact enough
+
+
+def test_a_simulator_fp32_recipe_is_refused_on_a_real_npu_naming_the_recipe(tmp_path, pow_model):
+    """A recipe whose precision is fp32 holds on the simulator only (a device runs float32 graphs in
+    FP16): on a real NPU it is refused before any compile, with the file and the fix."""
+    from onnxwrapper.backends.qnn.pipeline._repair import prepare_repairs
+    from onnxwrapper.backends.qnn.settings import convert_repairs
+    from onnxwrapper.kernel import ModelSource
+
+    path, sha = pow_model
+    config = {"repairs": convert_repairs(recipe_file(tmp_path, sha, precision="fp32"))}
+    source = ModelSource.from_arg(str(path))
+    assert prepare_repairs(config, source, source.load_proto(), real_npu=False).config["precision"] == "fp32"
+    with pytest.raises(RecipeError, match="only the x86-64 HTP simulator has") as info:
+        prepare_repairs(config, source, source.load_proto(), real_npu=True)
+    assert info.value.path == str(tmp_path / "r.json") and "aipc fix" in str(info.value)

@@ -151,7 +151,8 @@ def compile_model(model, output_path, backend_options: Mapping[str, Any] | None 
         given = model if isinstance(model, (str, os.PathLike)) else None
         return compile_repaired(compile_model, model, output_path, backend_options, input_shapes,
                                 sess_options=sess_options, overwrite=overwrite, dlc_dir=dlc_dir,
-                                source_model=source_model if source_model is not None else given)
+                                source_model=source_model if source_model is not None else given,
+                                real_npu=availability.real_npu)
     config = QnnBackend.validate_options(backend_options or {})
     for key in ("graph", "onnx"):
         if config.get(key) is not None:

@@ -101,7 +101,8 @@ def open_session(config: dict[str, Any], request, availability):
                                      "supported. Pass the .onnx model.", backend="qnn")
     raw_binary = is_raw_binary(source)
     proto = None if raw_binary else source.load_proto()
-    repair = None if raw_binary else prepare_repairs(config, source, proto)  # a repair recipe (docs/repair.md)
+    repair = (None if raw_binary else  # a repair recipe (docs/repair.md)
+              prepare_repairs(config, source, proto, real_npu=availability.real_npu))
     if repair is not None:
         config, proto = repair.config, repair.proto
     stem = source.stem or "model"

@@ -85,19 +85,21 @@ class RepairPlan:
                                                   if self.unverified else "")
 
 
-def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | None:
+def prepare_repairs(config: Mapping[str, Any], source, proto, *, real_npu: bool = False) -> RepairPlan | None:
     """The recipe that applies to the model, applied in memory; ``None`` without option or recipe.
 
     Args:
         config: validated ``qnn`` backend options (``repairs`` converted by
             :func:`~onnxwrapper.backends.qnn.settings._options.convert_repairs`).
         source: the model's :class:`~onnxwrapper.kernel.ModelSource`. proto: its ``onnx.ModelProto``.
+        real_npu: a physical NPU runs the graphs (a recipe's ``precision`` ``"fp32"`` is refused there).
 
     Raises:
         RecipeMismatchError: the recipe is for another model (``required``), or for a model of
             the same file name with another content.
-        RecipeError: a rewrite or CPU node of the recipe does not fit the model, or its rescaling
-            saturates FP16 (a rewritten constant, or a recorded peak times its scale, beyond ±65504).
+        RecipeError: a rewrite or CPU node of the recipe does not fit the model, its rescaling
+            saturates FP16 (a rewritten constant, or a recorded peak times its scale, beyond ±65504),
+            or its precision is ``"fp32"`` on a real NPU.
         Warns UnverifiedRecipeWarning when its rescaling could not be checked (no recorded peaks).
         BackendOptionError: the recipe puts nodes on the CPU while ``strict=True``.
     """
@@ -108,6 +110,12 @@ def prepare_repairs(config: Mapping[str, Any], source, proto) -> RepairPlan | No
     recipe = option.book.for_model(model_sha256(source.read_bytes()), name, required=option.required)
     if recipe is None or recipe.empty:
         return None
+    if recipe.precision == "fp32" and real_npu:
+        raise RecipeError(
+            f"The repair recipe for {name or 'the model'} runs it at precision 'fp32', which only the x86-64 HTP "
+            f"simulator has: a Snapdragon device runs float32 graphs with FP16 math (QNN HTP backend docs), so this "
+            f"repair cannot hold here. Make the recipe on this device (aipc diff, then aipc fix: it offers only what "
+            f"the device has), or remove this model's entry from the recipe file.", path=option.book.path)
     if recipe.cpu_subgraphs and config.get("strict"):
         raise BackendOptionError(f"The repair recipe runs {len(recipe.cpu_nodes)} node(s) of {name or 'the model'} on "
                                  f"the CPU ({', '.join(recipe.cpu_nodes[:5])}), which strict=True forbids. Drop "
@@ -170,7 +178,7 @@ def repaired_step(plan: RepairPlan, setup, content_hash: str, *, step_for=plain_
 
 
 def compile_repaired(compile_model, model, output_path, backend_options, input_shapes, *, sess_options,
-                     overwrite: bool, dlc_dir, source_model=None):
+                     overwrite: bool, dlc_dir, source_model=None, real_npu: bool = False):
     """``compile_model`` with the ``repairs`` option: the recipe baked into the written EPContext model.
 
     Without CPU subgraphs the rewritten model is compiled as usual; with them, each NPU part is
@@ -187,7 +195,8 @@ def compile_repaired(compile_model, model, output_path, backend_options, input_s
     option = convert_repairs(options.pop("repairs"))
     source = (ModelSource(None, model.SerializeToString()) if isinstance(model, onnx.ModelProto)
               else ModelSource.from_arg(model))
-    plan = prepare_repairs({"repairs": option, "strict": options.get("strict")}, source, source.load_proto())
+    plan = prepare_repairs({"repairs": option, "strict": options.get("strict")}, source, source.load_proto(),
+                           real_npu=real_npu)
     if plan is None:
         return compile_model(model, output_path, options, input_shapes, sess_options=sess_options,
                              overwrite=overwrite, dlc_dir=dlc_dir, source_model=source_model)
