@@ -81,6 +81,12 @@ def node_groups(model: onnx.ModelProto, names) -> tuple:
     return tuple(tuple(g) for g in groups.values())
 
 
+#: what a precision candidate's exactness line says: a higher precision is offered only where the target
+#: has one, i.e. the HTP simulator (a Snapdragon device runs float32 graphs in FP16, QNN HTP backend docs)
+_PRECISION_EXACTNESS = ("the backend's own higher-precision arithmetic; a mode of the HTP simulator only — a Snapdragon "
+                        "device has no FP32 math, refuses this recipe, and keeps the model unrepaired there")
+
+
 def _exactness(rewrites) -> str:
     seen = dict.fromkeys(r.rewrite for r in rewrites)
     return "; ".join(f"{name}: {get_patch(name).exactness}" for name in seen)
@@ -232,7 +238,7 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
                                     (), groups))
     if "precision" in remedies and higher_precision and precision == "fp16":
         result.append(Candidate("precision", f"precision {higher_precision} for the whole model", (), (),
-                                higher_precision, exactness="the backend's own higher-precision arithmetic"))
+                                higher_precision, exactness=_PRECISION_EXACTNESS))
     if not culprits and loc and loc.get("cause") in _NODE_CAUSES:
         notes.append("the localized node was not found in the model")
     return _distinct(result, notes), notes
