@@ -51,14 +51,22 @@ def _need_qnn():
         pytest.skip("the qnn backend is not available here")
 
 
-def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
-    for name, build in (("ln_sumsq", repair_models.layernorm_sum_of_squares), ("mm_ln", repair_models.matmul_layernorm),
-                        ("mm_chain", repair_models.matmul_chain), ("softmax", repair_models.naive_softmax)):
+def _failing_diff(tmp_path, child_env, script_text: str, **builds):
+    """Write each model ``<name>.onnx`` from its builder and the script, run ``aipc diff --backends
+    cpu,qnn`` on it (it must fail: exit 1) and return the diff folder."""
+    for name, build in builds.items():
         (tmp_path / f"{name}.onnx").write_bytes(build())
-    script = write_script(tmp_path, OVERFLOW_SCRIPT)
     d = tmp_path / "d"
-    proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
+    proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", write_script(tmp_path, script_text)], tmp_path,
+                     child_env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
+    return d
+
+
+def test_fp16_overflows_are_repaired_by_exact_rewrites(tmp_path, child_env):
+    d = _failing_diff(tmp_path, child_env, OVERFLOW_SCRIPT, ln_sumsq=repair_models.layernorm_sum_of_squares,
+                      mm_ln=repair_models.matmul_layernorm, mm_chain=repair_models.matmul_chain,
+                      softmax=repair_models.naive_softmax)
     failing = {o["model"].rsplit("-", 1)[0] for o in json.loads((d / "report.json").read_text())["outputs"]
                if not o["passed"]}
     assert failing == {"ln_sumsq", "mm_ln", "mm_chain", "softmax"}
@@ -143,13 +151,9 @@ def test_each_family_gets_a_verified_recipe(tmp_path, child_env):
     verified on the simulator and refused — the HTP saturates the logits alike either way — then the
     out-of-range region on the CPU): `aipc fix` finds each recipe, the replays pass, and the script
     run again with the recipe passes at both levels."""
-    for name, build in (("t5_ffn", repair_models.t5_rmsnorm_after_ffn), ("unet_block", repair_models.unet_block_instancenorm),
-                        ("lstm_drift", repair_models.lstm_drift), ("ffn_softmax", repair_models.ffn_softmax)):
-        (tmp_path / f"{name}.onnx").write_bytes(build())
-    script = write_script(tmp_path, FAMILY_SCRIPT)
-    d = tmp_path / "d"
-    proc = aipc_diff(["--backends", "cpu,qnn", "--dir", d, "--no-html", script], tmp_path, child_env)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    d = _failing_diff(tmp_path, child_env, FAMILY_SCRIPT, t5_ffn=repair_models.t5_rmsnorm_after_ffn,
+                      unet_block=repair_models.unet_block_instancenorm, lstm_drift=repair_models.lstm_drift,
+                      ffn_softmax=repair_models.ffn_softmax)
     result = fix(d, localize=False, confirm=True, cwd=tmp_path, env=child_env)
     assert result.exit_status == 0, result.text()
     by_model = {m.model.rsplit("-", 1)[0]: m for m in result.models}
