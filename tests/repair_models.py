@@ -180,6 +180,32 @@ def unet_block_instancenorm() -> bytes:
     return make_model(h.make_graph(nodes, "unet_block", [_vi("x", [1, c, 8, 8])], [_vi("y", [1, c, 8, 8])], inits))
 
 
+def unet_tower(blocks: int = 300, overflow_at: int | None = None, seed: int = 24) -> bytes:
+    """A deep U-Net-like tower for the speed of ``aipc fix`` at scale: ``blocks`` residual blocks
+    ``h + Conv(SiLU(InstanceNorm(Conv(h))))`` (6 nodes each) on x float[1, 4, 8, 8] → y float[1, 4, 8, 8];
+    in block ``overflow_at`` (default the middle) the first Conv's weight is 1e6 times larger, so its
+    output (≈ 1e6) leaves FP16's range right before an InstanceNormalization, which cancels any scale:
+    the exact repair is one ``rescale`` there. 6 × ``blocks`` nodes."""
+    rng = np.random.default_rng(seed)
+    c = 4
+    overflow_at = blocks // 2 if overflow_at is None else overflow_at
+    nodes, inits, x = [], [], "x"
+    inits += [nh.from_array(np.ones(c, np.float32), "gamma"), nh.from_array(np.zeros(c, np.float32), "beta")]
+    for i in range(blocks):
+        scale = 1e6 if i == overflow_at else 0.3
+        inits += [nh.from_array((rng.standard_normal((c, c, 3, 3)) * scale).astype(np.float32), f"b{i}/w1"),
+                  nh.from_array((rng.standard_normal((c, c, 3, 3)) * 0.05).astype(np.float32), f"b{i}/w2")]
+        nodes += ([_conv(x, f"b{i}/w1", f"b{i}/c1", f"b{i}/conv1"),
+                   h.make_node("InstanceNormalization", [f"b{i}/c1", "gamma", "beta"], [f"b{i}/n"], name=f"b{i}/norm",
+                               epsilon=1e-5)]
+                  + _silu(f"b{i}/n", f"b{i}/s", f"b{i}/act")
+                  + [_conv(f"b{i}/s", f"b{i}/w2", f"b{i}/c2", f"b{i}/conv2"),
+                     h.make_node("Add", [x, f"b{i}/c2"], [f"b{i}/h"], name=f"b{i}/skip")])
+        x = f"b{i}/h"
+    nodes.append(h.make_node("Identity", [x], ["y"], name="out"))
+    return make_model(h.make_graph(nodes, "unet_tower", [_vi("x", [1, c, 8, 8])], [_vi("y", [1, c, 8, 8])], inits))
+
+
 def unet_skips() -> bytes:
     """A small U-Net for stitching tests (no accuracy problem): Conv → ``Shrink`` (a node the QNN EP
     does not take, so the first NPU part keeps a CPU node) → Conv → MaxPool → Conv → InstanceNorm
