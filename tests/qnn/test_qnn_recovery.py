@@ -232,8 +232,8 @@ def test_the_proof_names_why_a_mixing_model_cannot_be_split(name):
 # -- loaded contexts budgeted by memory ------------------------------------------------------------
 def test_a_decoder_whose_shape_grows_runs_40_steps_within_a_lowered_context_budget(cache, caplog):
     data = rm.growing_decoder(dim=256)
-    session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache,
-                                                                                 "context_memory_mb": 1})
+    session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={  # one context per step
+        "cache_dir": cache, "context_memory_mb": 1, "shape_buckets": False})
     rng = np.random.default_rng(6)
     live = []
     with caplog.at_level(logging.INFO, logger="onnxwrapper.qnn"):

@@ -118,7 +118,7 @@ def test_corrupted_cache_entry_recovers(tmp_path, _cache, caplog):
 ])
 def test_dynamic_shapes_one_compile_per_shape(tmp_path, batch, hw, shapes):
     path = _write(tmp_path, "dyn.onnx", _unique(models.smallconv(batch=batch, hw=hw)))
-    qnn = onnxwrapper.InferenceSession(path, backend="qnn")
+    qnn = onnxwrapper.InferenceSession(path, backend="qnn", backend_options={"shape_buckets": False})
     cpu = onnxruntime.InferenceSession(path)
     assert [str(a) for a in qnn.get_inputs()] == [str(a) for a in cpu.get_inputs()]  # symbolic dims kept
     pending = qnn.get_partition()  # before the first run: a pending report, not None (the README tour prints it)
@@ -133,7 +133,7 @@ def test_dynamic_shapes_one_compile_per_shape(tmp_path, batch, hw, shapes):
     assert qnn.get_partition().providers == ["QNNExecutionProvider"]
     assert qnn._ow_backend_session.partition().fully_offloaded
     # a new session of the same model finds both specializations in the disk cache
-    again = onnxwrapper.InferenceSession(path, backend="qnn")
+    again = onnxwrapper.InferenceSession(path, backend="qnn", backend_options={"shape_buckets": False})
     for shape in shapes:
         again.run(None, {"X": np.zeros(shape, np.float32)})
     assert _origins(again) == [("cache", {"X": s}) for s in shapes]

@@ -189,8 +189,10 @@ def test_lru_release_and_alternating_shapes(tmp_path):
     path = tmp_path / "m.onnx"
     path.write_bytes(add_mul())
     cpu = onnxruntime.InferenceSession(str(path))
-    one = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"max_specializations": 1})
-    two = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"max_specializations": 2})
+    one = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"max_specializations": 1,
+                                                                                "shape_buckets": False})
+    two = onnxwrapper.InferenceSession(str(path), backend="qnn", backend_options={"max_specializations": 2,
+                                                                                "shape_buckets": False})
     shapes = [(2, 2), (3, 2), (2, 2), (3, 2), (3, 2), (2, 2)]
     for shape in shapes:
         feed = {"X": np.ones(shape, np.float32), "Z": Z}

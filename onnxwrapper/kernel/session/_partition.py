@@ -136,6 +136,9 @@ class PartitionReport:
             order, as JSON-ready dicts (keys ``rung``, ``result`` — ``"failed"`` or ``"compiled"``
             —, ``error``, ``seconds``, and per rung e.g. ``options``, ``batch``, ``parts``,
             ``cpu_nodes``); empty when the first compile worked.
+        buckets: for a dynamic-shape session whose calls were padded into shape buckets, one dict per
+            compiled size used (``shapes``, ``calls`` served, ``distinct_shapes`` served; the last one
+            also ``saved``: the compiles the buckets saved); empty otherwise.
     """
 
     target_ep: str
@@ -145,6 +148,7 @@ class PartitionReport:
     note: str = ""
     patches: tuple[Mapping[str, Any], ...] = ()
     recovery: tuple[Mapping[str, Any], ...] = ()
+    buckets: tuple[Mapping[str, Any], ...] = ()
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -190,7 +194,7 @@ class PartitionReport:
                                      n.get("reason")) for n in data.get("nodes", ()))
         return cls(data["target_ep"], nodes, tuple(data.get("partition_eps", ())), data.get("source", "compile"),
                    data.get("note", ""), tuple(dict(p) for p in data.get("patches", ())),
-                   tuple(dict(r) for r in data.get("recovery", ())))
+                   tuple(dict(r) for r in data.get("recovery", ())), tuple(dict(b) for b in data.get("buckets", ())))
 
     @classmethod
     def pending(cls, target_ep: str, note: str = "") -> "PartitionReport":
@@ -217,6 +221,21 @@ class PartitionReport:
         detail = last.get("detail")
         text = f"recovered by {last.get('rung')}" + (f" ({detail})" if detail else "")
         return text + (f" after {first_error}" if first_error else "")
+
+    def with_buckets(self, buckets: Iterable[Mapping[str, Any]]) -> "PartitionReport":
+        """A copy whose :attr:`buckets` are ``buckets``."""
+        return replace(self, buckets=tuple(dict(b) for b in buckets))
+
+    def buckets_summary(self) -> str:
+        """One phrase for :attr:`buckets`, e.g. ``"shape buckets: 12 shapes in 40 calls served by 4 compiled
+        sizes (8 compiles saved)"``; ``""`` without buckets."""
+        if not self.buckets:
+            return ""
+        shapes = sum(int(b.get("distinct_shapes", 0)) for b in self.buckets)
+        calls = sum(int(b.get("calls", 0)) for b in self.buckets)
+        saved = int(self.buckets[-1].get("saved", shapes - len(self.buckets)))
+        return (f"shape buckets: {shapes} shapes in {calls} calls served by {len(self.buckets)} compiled "
+                f"size{'s' if len(self.buckets) != 1 else ''} ({saved} compile{'s' if saved != 1 else ''} saved)")
 
     def with_patches(self, patches: Iterable[Any]) -> "PartitionReport":
         """A copy whose :attr:`patches` are ``patches`` (``PatchRecord`` objects or their dicts)."""
@@ -287,16 +306,20 @@ class PartitionReport:
                                               for p in self.patches)
         if self.recovery:
             text += ", " + self.recovery_summary()
+        if self.buckets:
+            text += "; " + self.buckets_summary()
         return f"{text} [{self.note}]" if self.note else text
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict: target_ep, source, note, counts, num_partitions, partition_eps, nodes, patches
-        (and recovery, when there was one)."""
+        (and recovery and buckets, when there were any)."""
         data = {"target_ep": self.target_ep, "source": self.source, "note": self.note, "counts": self.counts,
                 "num_partitions": self.num_partitions, "partition_eps": list(self.partition_eps),
                 "nodes": [n.to_dict() for n in self.nodes], "patches": [dict(p) for p in self.patches]}
         if self.recovery:
             data["recovery"] = [dict(r) for r in self.recovery]
+        if self.buckets:
+            data["buckets"] = [dict(b) for b in self.buckets]
         return data
 
     def __str__(self) -> str:

@@ -40,12 +40,13 @@ from onnxwrapper.backends.qnn.artifacts import (RAW_BINARY_SUFFIXES, check_artif
                                                 is_raw_binary, model_label, resolve_precompiled)
 from onnxwrapper.backends.qnn.binary import wrap_raw_binary
 from onnxwrapper.backends.qnn.compile import ort_session_class
-from onnxwrapper.backends.qnn.model import control_inputs, is_epcontext_model, model_key, remember_facts
+from onnxwrapper.backends.qnn.model import DimGroups, control_inputs, is_epcontext_model, model_key, remember_facts
 from onnxwrapper.backends.qnn.open._spec_builder import JitModel, SpecializationBuilder, artifact_info, static_compile
 from onnxwrapper.backends.qnn.pipeline import CacheStore, prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn.platform import copy_session_options
 from onnxwrapper.backends.qnn.recovery import BatchSplitRunner, batch_split_of, recovering_step
-from onnxwrapper.backends.qnn.session import (ASSIGNMENT_KEY, ArtifactInfo, QnnCpuSession, QnnDynamicSession,
+from onnxwrapper.backends.qnn.session import (ASSIGNMENT_KEY, ArtifactInfo, BucketRouter, QnnCpuSession,
+                                              QnnDynamicSession,
                                               check_partition, compile_or_verdict, context_budget_mb, no_node_policy,
                                               nonfinite_check, records_assignment, static_session, user_facing_options,
                                               user_session_options)
@@ -207,13 +208,16 @@ def open_session(config: dict[str, Any], request, availability):
     build = SpecializationBuilder(setup, fixed, compile_epcontext, store, load_configs=load_configs,
                                   strict_configs=strict_configs, warn_key=warn_key, neighbours=neighbours,
                                   on_cpu=on_cpu, patches=None if repair is not None else settings.patches)
-
+    buckets = None
+    if config.get("shape_buckets", True) and dynamic:
+        buckets = BucketRouter(DimGroups.of(fixed, dynamic), cache=store.cache, model_hash=model_hash,
+                               strict=settings.strict, label=label)
     return _dynamic_session(setup, request, model_input, user_so, own_configs, build, list(dynamic), control,
-                            warn_key)
+                            warn_key, buckets=buckets, output_names=[o.name for o in fixed.graph.output])
 
 
 def _dynamic_session(setup: QnnSetup, request, model_input, user_so, own_configs, build, dynamic, control,
-                     warn_key: str) -> QnnDynamicSession:
+                     warn_key: str, buckets=None, output_names=()) -> QnnDynamicSession:
     """The session of a model compiled per feed (dynamic dims, control inputs) or run in chunks of a
     smaller batch (a batch split of the recovery ladder): a never-run metadata session of the model,
     runs routed to what ``build`` gives for the feed's signature."""
@@ -228,4 +232,5 @@ def _dynamic_session(setup: QnnSetup, request, model_input, user_so, own_configs
                              ep_options=settings.ep_options, max_specializations=settings.max_specializations,
                              strict=settings.strict, label=label, warn_key=warn_key, user_so=user_so,
                              control_names=control, nonfinite_check=nonfinite_check(settings, label),
-                             context_memory_mb=context_budget_mb(settings))
+                             context_memory_mb=context_budget_mb(settings), buckets=buckets,
+                             output_names=output_names)

@@ -18,6 +18,7 @@ first (:func:`~onnxwrapper.backends.qnn.model._feed_limits.check_feed_cost`) and
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -108,6 +109,16 @@ class SpecializationBuilder:
         self.setup, self.proto, self.compile_epcontext, self.store = setup, proto, compile_epcontext, store
         self.load_configs, self.strict_configs, self.warn_key = dict(load_configs), dict(strict_configs), warn_key
         self.neighbours, self.on_cpu, self.patches = neighbours, on_cpu, patches
+
+    def cached(self, shapes: Mapping[str, tuple], values: Mapping[str, Any] | None = None) -> bool:
+        """Whether the compile cache holds the specialization of ``shapes`` (and control ``values``) as
+        given (e.g. precompiled with ``aipc compile --from-capture``): a shape bucket is then not used
+        for a call of exactly these shapes. One ``stat``; never raises."""
+        try:
+            key = self.store.key({k: tuple(v) for k, v in shapes.items()} or None, [], dict(values or {}) or None)
+            return os.path.isdir(self.store.cache.entry_dir(key))
+        except Exception:  # noqa: BLE001 - an unreadable cache holds nothing usable here
+            return False
 
     @staticmethod
     def load(setup, ctx, configs: Mapping[str, str]):

@@ -8,6 +8,7 @@ raises, else a warning once per model).
 from __future__ import annotations
 
 from onnxwrapper.backends.qnn.session._assignment import ASSIGNMENT_KEY, records_assignment
+from onnxwrapper.backends.qnn.session._buckets import BucketRouter
 from onnxwrapper.backends.qnn.session._context_budget import context_budget_mb
 from onnxwrapper.backends.qnn.session._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
 from onnxwrapper.backends.qnn.session._partition_check import check_partition
@@ -19,6 +20,7 @@ __all__ = [
     "ASSIGNMENT_KEY",
     "ArtifactInfo",
     "BAKED_IN",
+    "BucketRouter",
     "QnnCpuSession",
     "QnnDynamicSession",
     "check_partition",

@@ -58,13 +58,54 @@ def plan_run(owner, feed: dict, names: list) -> Callable[[Mapping[str, Any], Any
     shapes = {name: feed[name].shape for name in owner.dynamic_names if name in feed}
     if any(0 in shape for shape in shapes.values()):
         return screened_plan(ort_runner(owner._empty()), names, screen)
+    if owner.buckets is not None:
+        padding, usage = owner.padding_for(shapes, feed)
+        if padding is not None:  # a certified shape bucket: run padded, cut the outputs back
+            plan = plan_run_padded(owner, padding, padding.pad_feed(feed), padding.shapes(shapes), names)
+            return _counted(plan, usage)
+    else:
+        usage = None
     shape_key = tuple(shapes.values())
     controls = tuple(name for name in owner.control_names if name in feed)
     if not owner.control_names:
         spec = owner._specialization(shape_key, shapes, feed)
-        return _direct(owner, spec, shape_key, shapes, names, screen)
-    keep = tuple(name for name in feed if name not in owner.control_names)
-    return _by_values(owner, shape_key, shapes, controls, keep, names, screen)
+        plan = _direct(owner, spec, shape_key, shapes, names, screen)
+    else:
+        keep = tuple(name for name in feed if name not in owner.control_names)
+        plan = _by_values(owner, shape_key, shapes, controls, keep, names, screen)
+    return plan if usage is None else _counted(plan, usage)
+
+
+def plan_run_padded(owner, padding, padded_feed: dict, run_shapes: dict, names: list):
+    """The plan of a kind of call served by a shape bucket: the feed is padded by ``padding``, run on the
+    bucket's specialization (through the unpadded plan machinery, so LRU order, control values and
+    the NaN/±Inf screen work as for any call), and the outputs are cut back."""
+    all_names = list(names)
+    inner = plan_run(_Unbucketed(owner), padded_feed, all_names)
+
+    def plan(feed, run_options):
+        return padding.cut_outputs(all_names, inner(padding.pad_feed(feed), run_options))
+    return plan
+
+
+class _Unbucketed:
+    """``owner`` as seen by :func:`plan_run` for an already padded feed: the same session without buckets."""
+
+    buckets = None
+
+    def __init__(self, owner) -> None:
+        self._owner = owner
+
+    def __getattr__(self, name):
+        return getattr(self._owner, name)
+
+
+def _counted(plan, usage: dict):
+    """``plan`` counting its calls in the bucket statistics' ``usage`` record."""
+    def counted(feed, run_options):
+        usage["calls"] += 1
+        return plan(feed, run_options)
+    return counted
 
 
 def _direct(owner, spec, key: tuple, shapes: dict, names: list, screen):

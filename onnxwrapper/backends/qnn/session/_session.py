@@ -33,6 +33,7 @@ from onnxwrapper.backends.qnn.compile import ort_session_class, qnn_creation_gua
 from onnxwrapper.backends.qnn.model import control_value, signature_of
 from onnxwrapper.backends.qnn.platform import EP_NAME
 from onnxwrapper.backends.qnn.session._assignment import assigned_subgraphs, require_assignment_enabled
+from onnxwrapper.backends.qnn.session._buckets import as_array, as_ort_value
 from onnxwrapper.backends.qnn.session._context_budget import context_bytes, load_with_room
 from onnxwrapper.backends.qnn.session._dispatch import plan_run
 from onnxwrapper.backends.qnn.session._no_node import no_node_policy, ort_provider_options, ort_providers
@@ -175,6 +176,9 @@ class QnnDynamicSession(BackendSession):
         control_names: control inputs (rank-0 inputs that decide an ``If``); their values are part
             of a specialization's signature and they are not fed to it (it holds them as constants).
         nonfinite_check: called with each feed until it has warned (FP16 targets), or ``None``.
+        buckets: the :class:`~onnxwrapper.backends.qnn.session._buckets.BucketRouter` that pads a call of a
+            growing dim group into a certified shape bucket, or ``None`` (one specialization per shape).
+        output_names: the model's output names (outputs of padded calls are cut by name).
 
     A feed with a dim of size 0 is not compiled: it runs on a CPU session of the original model
     (created on first use), as plain ORT returns empty outputs for it.
@@ -185,7 +189,7 @@ class QnnDynamicSession(BackendSession):
     def __init__(self, model, meta_options, kwargs: Mapping[str, Any], *, build: Callable, dynamic_names,
                  ep_options: Mapping[str, str], max_specializations: int, strict: bool, label: str,
                  warn_key: str, user_so=None, control_names=(), nonfinite_check=None,
-                 context_memory_mb: float | None = None) -> None:
+                 context_memory_mb: float | None = None, buckets=None, output_names=()) -> None:
         # no providers: ORT's default CPU EP (a user's session.disable_cpu_ep_fallback=1 then fails as
         # with ORT + QNN EP, which takes no node of a symbolic model)
         self.ort_args = OrtSessionArgs(model, meta_options, None, None, dict(kwargs, enable_fallback=0))
@@ -205,6 +209,8 @@ class QnnDynamicSession(BackendSession):
         self._latest: PartitionReport | None = None
         self._lock = threading.RLock()
         self.user_so = user_so
+        self.buckets = buckets
+        self.output_names = list(output_names)
         #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release
         self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names))
 
@@ -228,7 +234,8 @@ class QnnDynamicSession(BackendSession):
         the model compiles per input shape at the first run)."""
         if self._latest is None:
             return PartitionReport.pending(EP_NAME, f"{self.label}: dynamic inputs {', '.join(self.dynamic_names)}")
-        return self._latest
+        stats = self.buckets.stats() if self.buckets is not None else ()
+        return self._latest.with_buckets(stats) if stats else self._latest
 
     def graph_assignment(self):
         """ORT's ``Fail`` unless the user enabled the record; else the partition of the most recently
@@ -294,23 +301,44 @@ class QnnDynamicSession(BackendSession):
                   "none" if self.context_bytes is None else f"{self.context_bytes / 1024 / 1024:g}")
         return True
 
-    def _route(self, feed: Mapping[str, Any], shape_of) -> tuple[Any, Mapping[str, Any]]:
-        """``(ORT session to run, feed for it)``: the specialization of the feed's signature (control
-        inputs dropped from the feed), or the CPU session of the original model for an empty dim.
-        The key is built from plain tuples; the :class:`~onnxwrapper.backends.qnn.model._specialize.Signature`
-        only on a miss (the hot path costs a few µs)."""
+    def padding_for(self, shapes: Mapping[str, tuple], feed: Mapping[str, Any]) -> tuple[Any, dict]:
+        """``(Padding or None, usage record)`` of a new kind of call (its dynamic-input ``shapes``, its
+        numpy ``feed``; :attr:`buckets` set): the :class:`~onnxwrapper.backends.qnn.model.Padding` into its
+        certified shape bucket, or ``None`` to run it at its shapes (also when the compile cache holds
+        these very shapes, e.g. precompiled); the record's ``"calls"`` counts its calls."""
+        with self._lock:
+            cached, values = getattr(self._build, "cached", None), {n: control_value(feed[n]) for n in self.control_names}
+            key = (tuple(shapes.values()), tuple(values.values())) if values else tuple(shapes.values())
+            exact = key in self._live or (cached is not None and cached(shapes, values))
+            padding = None if exact else self.buckets.route(shapes, feed, self._empty)
+            run_shapes = padding.shapes(shapes) if padding is not None else shapes
+            return padding, self.buckets.served(run_shapes, shapes)
+
+    def _route(self, feed: Mapping[str, Any], shape_of) -> tuple[Any, Mapping[str, Any], Any]:
+        """``(ORT session to run, feed for it, Padding or None)``: the specialization of the feed's
+        signature (control inputs dropped from the feed; padded into its shape bucket when one is
+        certified), or the CPU session of the original model for an empty dim. The key is built from
+        plain tuples; the :class:`~onnxwrapper.backends.qnn.model._specialize.Signature` only on a miss."""
         check = self.nonfinite_check
         if check is not None and check(feed):
             self.nonfinite_check = None
-        shapes = {name: shape_of(feed[name]) for name in self.dynamic_names if name in feed}
+        shapes = {name: tuple(shape_of(feed[name])) for name in self.dynamic_names if name in feed}
         for shape in shapes.values():
             if 0 in shape:
-                return self._empty(), feed
+                return self._empty(), feed, None
+        padding = None
+        if self.buckets is not None:
+            arrays = {name: as_array(value) for name, value in feed.items()}
+            padding, usage = self.padding_for(shapes, arrays)
+            usage["calls"] += 1
+            if padding is not None:
+                feed = padding.pad_feed(arrays)
+                shapes = padding.shapes(shapes)
         if not self.control_names:
-            return self._specialization(tuple(shapes.values()), shapes, feed).session, feed
+            return self._specialization(tuple(shapes.values()), shapes, feed).session, feed, padding
         values = tuple(control_value(feed[name]) for name in self.control_names if name in feed)
         spec = self._specialization((tuple(shapes.values()), values), shapes, feed)
-        return spec.session, {name: value for name, value in feed.items() if name not in self.control_names}
+        return spec.session, {name: value for name, value in feed.items() if name not in self.control_names}, padding
 
     def _empty(self):
         """A CPU session of the original model (``ORT_DISABLE_ALL``), for feeds with a size-0 dim."""
@@ -322,20 +350,36 @@ class QnnDynamicSession(BackendSession):
             return self._empty_session
 
     # -- run callables (feeds validated by the façade) -----------------------------------------------
+    def _names(self, output_names) -> list:
+        return list(output_names) if output_names else list(self.output_names)
+
     def run(self, output_names, input_feed, run_options=None):
         """Run the specialization for the feed's signature (``input_feed`` validated, names resolved)."""
-        session, feed = self._route(input_feed, _array_shape)
-        return session.run(output_names, feed, run_options)
+        session, feed, padding = self._route(input_feed, _array_shape)
+        if padding is None:
+            return session.run(output_names, feed, run_options)
+        names = self._names(output_names)
+        return padding.cut_outputs(names, session.run(names, feed, run_options))
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their signature."""
-        session, feed = self._route(input_dict_ort_values, _ort_value_shape)
-        return session.run_with_ort_values(output_names, feed, run_options)
+        session, feed, padding = self._route(input_dict_ort_values, _ort_value_shape)
+        if padding is None:
+            return session.run_with_ort_values(output_names, feed, run_options)
+        names = self._names(output_names)
+        outputs = session.run(names, feed, run_options)
+        return [as_ort_value(value) for value in padding.cut_outputs(names, outputs)]
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """As ORT's ``run_async``; a missing specialization is compiled first, in the calling thread."""
-        session, feed = self._route(input_feed, _array_shape)
-        return session.run_async(output_names, feed, callback, user_data, run_options)
+        session, feed, padding = self._route(input_feed, _array_shape)
+        if padding is None:
+            return session.run_async(output_names, feed, callback, user_data, run_options)
+        names = self._names(output_names)
+
+        def cut(outputs, data, error):
+            callback(padding.cut_outputs(names, outputs) if outputs else outputs, data, error)
+        return session.run_async(names, feed, cut, user_data, run_options)
 
     def run_with_iobinding(self, iobinding, run_options=None):
         """Not served: raises :class:`~onnxwrapper.errors.BackendCapabilityError`."""
@@ -352,3 +396,4 @@ def _array_shape(value) -> tuple:
 
 def _ort_value_shape(value) -> tuple:
     return tuple(int(d) for d in value.shape())
+

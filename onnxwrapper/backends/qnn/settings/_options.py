@@ -184,6 +184,10 @@ _DOCS = {
                  "~/.cache/onnxwrapper).",
     "max_specializations": "Live static-shape specializations per session for dynamic models (LRU; evicted ones "
                            "stay in the disk cache). Default 8.",
+    "shape_buckets": "True (default): a dynamic dim that grows from call to call (a decoder's length, a beam "
+                     "search's batch) is served by compiled sizes on a ladder of powers of two, each call padded "
+                     "up and its outputs cut back, where ORT's CPU certifies that padding changes no output; "
+                     "False: one specialization per shape. See docs/backends/qnn.md, Shape buckets.",
     "provider_options": "Raw QNN EP options, validated before the EP sees them (qnn_context_priority, device_id, "
                         "vtcm_mb, htp_graph_finalization_optimization_mode, profiling_level, ...; see "
                         "docs/backends/qnn.md).",
@@ -219,6 +223,7 @@ OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defau
     ("profiling", "off", convert_choice(*PROFILING_LEVELS)),
     ("cache_dir", None, _convert_cache_dir),
     ("max_specializations", 8, convert_positive_int),
+    ("shape_buckets", True, convert_bool),
     ("provider_options", None, convert_provider_options),
     ("patches", True, convert_patches),
     ("graph", None, convert_graph),

@@ -122,8 +122,27 @@ def decode_error(data: dict) -> BaseException:
     return exc
 
 
-def serve() -> None:
-    """The worker's main loop (see the module docstring)."""
+def warm_up(ep_options) -> None:
+    """Do, before the first request arrives, what every compile needs first: import onnx and the
+    compile layer, register the QNN plugin EP and (with ``ep_options``, the options of the session
+    that started this worker) create the tiny session of :func:`_keep_warm`. Started right after
+    ``ready``, so this overlaps the parent's own work (reading, hashing and analysing the model)
+    instead of delaying the first compile. Failures are left for the request to meet and report."""
+    try:
+        import onnx  # noqa: F401 - imported for its import time
+
+        from onnxwrapper.backends.qnn.compile import generate_epcontext  # noqa: F401 - likewise
+        from onnxwrapper.backends.qnn.platform import ensure_registered
+
+        ensure_registered()
+        if ep_options:
+            _keep_warm(ep_options)
+    except Exception:  # noqa: BLE001 - only a speed-up: the request reports any real failure
+        return
+
+
+def serve(warm_options=None) -> None:
+    """The worker's main loop (see the module docstring); ``warm_options``: :func:`warm_up` first."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests = sys.stdin.buffer
     replies = os.fdopen(os.dup(1), "wb")
@@ -135,6 +154,7 @@ def serve() -> None:
         replies.flush()
 
     send(("ready", os.getpid()))
+    warm_up(warm_options)
     while True:
         try:
             kind, request = pickle.load(requests)

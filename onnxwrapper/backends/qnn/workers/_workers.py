@@ -56,7 +56,7 @@ __all__ = ["CompileRequest", "CompileWorker", "WorkerPool", "default_pool", "com
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _BOOT = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
-         "from onnxwrapper.backends.qnn.workers._worker_main import serve; serve()")
+         "from onnxwrapper.backends.qnn.workers._worker_main import serve; serve(json.loads(sys.argv[2]))")
 _TAIL_LINES = 40
 _LIBNATIVE_MARK = b"# LIBNATIVE:"
 _QUIET = (_LIBNATIVE_MARK,) + tuple(m.encode() for m in UNWRITABLE_MARKERS)
@@ -126,11 +126,12 @@ class CompileWorker:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
-    def _start(self) -> None:
+    def _start(self, warm_options: Mapping[str, str] | None = None) -> None:
         env = {k: v for k, v in os.environ.items() if k != "AIPC_ACTIVE"}  # the worker runs unpatched
         self._tail.clear()
         try:
-            proc = subprocess.Popen([sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path])],
+            proc = subprocess.Popen([sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path]),
+                                     json.dumps(dict(warm_options) if warm_options else None)],
                                     stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
         except OSError as exc:
@@ -149,13 +150,14 @@ class CompileWorker:
             raise _WorkerStartError(f"unexpected greeting {hello!r}")
         self._proc = proc
 
-    def prestart(self) -> None:
-        """Start the worker process now if none runs (its ≈ 0.4 s boot then overlaps the caller's
-        work; a later :meth:`run` waits for it). A failure is left for :meth:`run` to report."""
+    def prestart(self, warm_options: Mapping[str, str] | None = None) -> None:
+        """Start the worker process now if none runs (its ≈ 0.4 s boot and, with ``warm_options``
+        (QNN EP options), its warm-up — imports, EP registration, a tiny QNN session — then overlap
+        the caller's work; a later :meth:`run` waits for it). A failure is left for :meth:`run` to report."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
                 try:
-                    self._start()
+                    self._start(warm_options)
                 except _WorkerStartError:
                     pass
 
@@ -262,16 +264,18 @@ class WorkerPool:
         self.size = max(1, int(size))
         self._in_process = False
 
-    def start(self) -> None:
+    def start(self, warm_options: Mapping[str, str] | None = None) -> None:
         """Start every worker the pool may have, now, in background threads (they are otherwise
-        started by the first requests): their boot overlaps what the caller does meanwhile."""
+        started by the first requests): their boot overlaps what the caller does meanwhile.
+        ``warm_options``: QNN EP options each worker warms up with (:meth:`CompileWorker.prestart`)."""
         with self._lock:
             fresh = [CompileWorker() for _ in range(self.size - len(self._all))]
             self._all.extend(fresh)
             self._idle.extend(fresh)
             self._lock.notify_all()
         for worker in fresh:
-            threading.Thread(target=worker.prestart, daemon=True, name="onnxwrapper-qnn-worker-start").start()
+            threading.Thread(target=worker.prestart, args=(warm_options,), daemon=True,
+                             name="onnxwrapper-qnn-worker-start").start()
 
     def resize(self, size: int) -> None:
         """Allow ``size`` workers from now on (idle workers beyond it are stopped)."""
