@@ -8,12 +8,12 @@ shape. This module makes that copy:
 * :func:`input_dims` / :func:`dynamic_inputs` read the declared input dims (``int`` fixed,
   ``str`` named ``dim_param``, ``None`` unknown) of the graph inputs that are not initializers.
 * :func:`specialize` returns a new ``onnx.ModelProto`` whose inputs have the given static shapes:
-  the input dims are set directly (named *and* unnamed ones), and each named dim with one
-  consistent size is fixed graph-wide with ``onnxruntime.tools.onnx_model_utils.make_dim_param_fixed``
-  (every value_info/output using that ``dim_param``, subgraphs included).
+  the input dims are set directly (named *and* unnamed ones); every other shape — outputs,
+  intermediates, subgraphs — is inferred from them, never copied from a ``dim_param`` of the
+  same name (names are hints: exported models reuse them for tensors of another size).
   ``SessionOptions.add_free_dimension_override_by_name`` is not used because it cannot fix
-  unnamed dims, cannot give one ``dim_param`` two sizes, and applies to the whole session rather
-  than to the model that is compiled.
+  unnamed dims, fixes names graph-wide, and applies to the whole session rather than to the
+  model that is compiled.
 
 The user's model file is never modified and nothing is written to disk here; external-data
 references are kept as they are (load the copy with the model's folder as external-data folder,
@@ -84,26 +84,21 @@ def _walk_graphs(graph):
                 yield from _walk_graphs(sub)
 
 
-def _forget_dim_params(graph, names: set[str]) -> None:
-    """Turn every dim whose ``dim_param`` is in ``names`` into an unknown dim (ORT re-infers it)."""
-    for g in _walk_graphs(graph):
-        for value in list(g.input) + list(g.output) + list(g.value_info):
-            if not value.type.HasField("tensor_type"):
-                continue
-            for dim in value.type.tensor_type.shape.dim:
-                if dim.HasField("dim_param") and dim.dim_param in names:
-                    dim.Clear()
-
-
 def specialize(model, shapes: Mapping[str, Sequence[int]]):
-    """A copy of ``model`` with the given static input shapes.
+    """A copy of ``model`` with the given static input shapes; every other shape is inferred.
 
-    Named dims (``dim_param``) that get one size from every feed are fixed graph-wide
-    (``onnxruntime.tools.onnx_model_utils.make_dim_param_fixed``: value_info, outputs, subgraphs),
-    so ORT and the QNN EP see a fully static graph. A ``dim_param`` that gets *different* sizes —
-    exporters such as paddle2onnx write ``"?"`` for every unknown dim, e.g. ``[None, 3, "?", "?"]``
-    fed with 48×192 — is treated as independent unknown dims, as ORT itself does: the inputs get
-    their sizes and the other occurrences become unknown dims that ORT's shape inference fills in.
+    Only the call's own input shapes are bound. A ``dim_param`` is a hint, not a promise: exporters
+    reuse names freely (a waifu2x upscaler names its output ``height``/``width`` like its input
+    although the output is larger), so a name's size is never copied onto an output or an
+    intermediate tensor. Their symbolic dims are cleared and their shapes inferred from the bound
+    inputs with onnx's shape inference (``onnx.shape_inference.infer_shapes``, data propagation on);
+    what it cannot say stays unknown, for ORT's own inference when the session is created. A
+    declared output shape that contradicts the inferred one loses: the inferred one is written.
+    Fixed (integer) dims the model declares are kept where inference does not say otherwise.
+
+    A ``dim_param`` that gets *different* sizes from the feed — exporters such as paddle2onnx write
+    ``"?"`` for every unknown dim, e.g. ``[None, 3, "?", "?"]`` fed with 48×192 — is therefore no
+    problem: each input gets its own sizes.
 
     Args:
         model: ``onnx.ModelProto`` (not modified).
@@ -120,12 +115,11 @@ def specialize(model, shapes: Mapping[str, Sequence[int]]):
     """
     import onnx
     from onnxruntime.capi import onnxruntime_pybind11_state as C
-    from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed, remove_invalid_dim_values
+    from onnxruntime.tools.onnx_model_utils import remove_invalid_dim_values
 
     prefix = "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "
     declared = input_dims(model)
     wanted: dict[str, list[int]] = {}
-    sizes: dict[str, set[int]] = {}
     for name, shape in shapes.items():
         dims = [int(d) for d in shape]
         if name not in declared:
@@ -141,8 +135,6 @@ def specialize(model, shapes: Mapping[str, Sequence[int]]):
             if isinstance(d, int) and d != size:
                 raise C.InvalidArgument(f"{prefix}Cannot specialize input '{name}': Can't replace existing fixed "
                                         f"size of {d} with {size} for dimension {index + 1}")
-            if isinstance(d, str):
-                sizes.setdefault(d, set()).add(size)
         wanted[name] = dims
 
     copy = onnx.ModelProto()
@@ -154,11 +146,50 @@ def specialize(model, shapes: Mapping[str, Sequence[int]]):
             del shape.dim[:]
             for size in wanted[value.name]:
                 shape.dim.add().dim_value = size
-    for param, values in sorted(sizes.items()):
-        if len(values) == 1:
-            make_dim_param_fixed(copy.graph, param, next(iter(values)))
-    _forget_dim_params(copy.graph, {param for param, values in sizes.items() if len(values) > 1})
+    inputs = {value.name for value in copy.graph.input}
+    _forget_symbolic_dims(copy.graph, keep=inputs)
+    _write_inferred_outputs(copy)
     return copy
+
+
+def _forget_symbolic_dims(graph, keep: set[str]) -> None:
+    """Turn every named dim of the graph's outputs and value_info (subgraphs included, their inputs
+    too) into an unknown dim: shape inference, not a name, decides them."""
+    for g in _walk_graphs(graph):
+        values = list(g.output) + list(g.value_info) + ([] if g is graph else list(g.input))
+        for value in values:
+            if value.name in keep or not value.type.HasField("tensor_type"):
+                continue
+            for dim in value.type.tensor_type.shape.dim:
+                if dim.HasField("dim_param"):
+                    dim.Clear()
+
+
+def _write_inferred_outputs(model) -> None:
+    """Give the graph outputs the shapes onnx's shape inference finds for the bound inputs (known
+    dims only; a declared fixed dim that inference contradicts is replaced). Best effort: a model
+    onnx cannot infer keeps its outputs as they are (ORT infers them when the session is created)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is a refinement; ORT infers again at session creation
+        return
+    found = {v.name: v for v in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    for value in model.graph.output:
+        got = found.get(value.name)
+        if got is None or not got.type.HasField("tensor_type") or not got.type.tensor_type.HasField("shape"):
+            continue
+        dims = got.type.tensor_type.shape.dim
+        shape = value.type.tensor_type.shape
+        if len(shape.dim) and len(shape.dim) != len(dims):
+            continue
+        if not len(shape.dim):
+            shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in dims)
+        for mine, theirs in zip(shape.dim, dims):
+            if theirs.HasField("dim_value") and theirs.dim_value > 0:
+                mine.Clear()
+                mine.dim_value = theirs.dim_value
 
 
 def shapes_note(shapes: Mapping[str, Sequence[int]]) -> str:

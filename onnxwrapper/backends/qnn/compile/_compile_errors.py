@@ -118,6 +118,12 @@ _GRAPH_FAILURES = ("Failed to finalize QNN graph", "Failed to compose", "Failed 
                    "QNN_GRAPH_ERROR", "QNN_COMMON_ERROR")
 
 
+#: ORT's session-creation failure when the QNN EP's NHWC layout transform inserted a node the EP then
+#: did not take (measured, onnxruntime 1.32 + onnxruntime-qnn 2.7.0, a ConvTranspose whose declared
+#: output shape was wrong): a part of the graph the ladder can split off
+_LAYOUT_FAILURE = "was inserted using the NHWC format as requested by QNNExecutionProvider, but was not selected"
+
+
 def qnn_error(exc: BaseException | str) -> tuple[str | None, int | None]:
     """``(QNN error name, code)`` found in an ORT error message, e.g.
     ``("QNN_COMMON_ERROR_MEM_ALLOC", 1002)``; ``(None, None)`` when it names none."""
@@ -130,11 +136,14 @@ def qnn_error(exc: BaseException | str) -> tuple[str | None, int | None]:
 def recoverable(exc: BaseException) -> bool:
     """True for a compile failure the recovery ladder may work around (see the module docstring):
     a typed :class:`~onnxwrapper.errors.CompileFailedError` (budget included), ORT's ``EPFail``
-    naming a QNN graph failure, or a compiler that died of ``std::bad_alloc``."""
+    naming a QNN graph failure, ORT's ``Fail`` for a node the QNN EP's layout transform inserted
+    and then did not take, or a compiler that died of ``std::bad_alloc``."""
     if isinstance(exc, CompileFailedError):
         return True
     if isinstance(exc, BackendCompileError):
         return "bad_alloc" in (exc.stderr or "")
+    if type(exc).__name__ == "Fail" and _LAYOUT_FAILURE in str(exc):
+        return True
     return type(exc).__name__ == "EPFail" and any(text in str(exc) for text in _GRAPH_FAILURES)
 
 
