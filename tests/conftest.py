@@ -19,14 +19,19 @@ from tests import models
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_compile_cache(tmp_path_factory):
     """Every test (and every subprocess it starts) uses a fresh QNN compile cache, never the
-    user's: results must not depend on what earlier runs left in the platform cache dir."""
-    previous = os.environ.get("ONNXWRAPPER_CACHE_DIR")
+    user's: results must not depend on what earlier runs left in the platform cache dir. Compiles
+    run on each process's own worker, not on the user's compile server (a process that outlives
+    the test run): tests/qnn/test_compile_server.py tests the server with a folder of its own."""
+    names = ("ONNXWRAPPER_CACHE_DIR", "ONNXWRAPPER_COMPILE_SERVER")
+    previous = {name: os.environ.get(name) for name in names}
     os.environ["ONNXWRAPPER_CACHE_DIR"] = str(tmp_path_factory.mktemp("onnxwrapper-cache"))
+    os.environ["ONNXWRAPPER_COMPILE_SERVER"] = "0"
     yield
-    if previous is None:
-        os.environ.pop("ONNXWRAPPER_CACHE_DIR", None)
-    else:
-        os.environ["ONNXWRAPPER_CACHE_DIR"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(params=["onnxruntime", "onnxwrapper"])

@@ -12,45 +12,100 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from onnxwrapper.backends.base import Availability, Backend, BackendSession, SessionRequest
-from onnxwrapper.backends.qnn.artifacts import open_cached
+from onnxwrapper.backends.qnn.artifacts import first_compile, open_cached
 from onnxwrapper.backends.qnn.platform import (INSTALL_HINT, detected_soc, ensure_registered, htp_device,
                                                htp_library_path, is_x86_host, native_stdout_guard, qnn_versions)
+from onnxwrapper.backends.qnn.session import user_session_options
 from onnxwrapper.backends.qnn.settings import OPTIONS, qnn_setup, request_ep_options
 from onnxwrapper.errors import BackendUnavailableError
-from onnxwrapper.kernel import ModelSource, host_architecture
+from onnxwrapper.kernel import ArtifactCache, ModelSource, host_architecture
 
-__all__ = ["QnnBackend", "open_session", "prestart_worker", "request_ep_options"]
+__all__ = ["QnnBackend", "known_no_node", "open_session", "prestart_worker", "request_ep_options"]
 
 
 def open_session(config, request, availability):
     """The full path of :meth:`QnnBackend.open` (:func:`onnxwrapper.backends.qnn.open._open.open_session`).
 
-    For a model this cache has never seen, the compile worker is started first
-    (:func:`prestart_worker`), so that its start-up overlaps the full path's own work."""
-    prestart_worker(config, request, availability)
+    A model the compile cache remembers the QNN EP takes no node of becomes ORT's CPU session at
+    once (:func:`known_no_node`: no onnx import, no parse). For a model this cache has never seen,
+    the compile worker is started first (:func:`prestart_worker`), so that its start-up overlaps
+    the full path's own work."""
+    source = ModelSource.from_arg(request.path_or_bytes)  # hashed once for both checks
+    known = known_no_node(config, request, availability, source)
+    if known is not None:
+        return known
+    if prestart_worker(config, request, availability, source):  # an unseen model: compile it where it is read
+        user_so = user_session_options(request)
+        start = time.perf_counter()
+        answer = first_compile(config, request, availability, source, user_so)
+        if answer in ("compiled", "cache"):
+            session = open_cached(config, request, availability)
+            if session is not None and answer == "compiled":  # compiled now, opened as the hit it has become
+                session.artifacts[0] = session.artifacts[0]._replace(origin="compiled",
+                                                                     seconds=time.perf_counter() - start)
+                session.report = session.report.with_source("compile")
+            if session is not None:
+                return session
     # imported here: the full path imports onnx, the operator patches, the repair recipes and the
     # compile-worker layer (60-140 ms in a new process, measured); a cache hit needs none of them
     from onnxwrapper.backends.qnn.open import open_session as full
 
-    return full(config, request, availability)
+    return full(config, request, availability, source)
 
 
-def prestart_worker(config, request, availability) -> bool:
+def known_no_node(config, request, availability, source=None):
+    """:class:`~onnxwrapper.backends.qnn.session.QnnCpuSession` of a model the compile cache remembers
+    the QNN EP takes no node of (:func:`~onnxwrapper.backends.qnn.session.model_verdict`), checked
+    before onnx is imported or the model parsed; ``None`` otherwise (and for a repaired model, a
+    ``.bin`` model or any request the full path must judge: it raises what is wrong).
+
+    Raises:
+        PartitionError: remembered no-node model under ``strict``."""
+    from onnxwrapper.backends.qnn.artifacts import is_raw_binary, model_label
+    from onnxwrapper.backends.qnn.model import structure_key
+    from onnxwrapper.backends.qnn.session import QnnCpuSession, model_verdict, no_node_policy, user_session_options
+
+    if config.get("repairs") is not None:
+        return None
+    try:
+        source = source or ModelSource.from_arg(request.path_or_bytes)
+        if is_raw_binary(source) or (source.path is not None and not os.path.isfile(source.path)):
+            return None
+        user_so = user_session_options(request)
+        setup = qnn_setup(config, request_ep_options(request), source, user_so=user_so, kwargs=request.kwargs,
+                          label=model_label(source), real_npu=availability.real_npu)
+        graph_key = structure_key(source, user_so)
+        report = model_verdict(ArtifactCache(setup.settings.cache_dir), graph_key, setup.settings.compile_options())
+    except Exception:  # noqa: BLE001 - the full path reports what is wrong with the request
+        return None
+    if report is None:
+        return None
+    settings = setup.settings
+    no_node_policy(report, strict=settings.strict, label=setup.label,
+                   warn_key=f"{graph_key}:{settings.describe()}:patches={settings.patches}")
+    return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=report, ep_options=settings.ep_options)
+
+
+def prestart_worker(config, request, availability, source=None) -> bool:
     """Start the process's compile worker now, warming up with the session's QNN EP options, when
     the model's content has no facts recorded in the compile cache (no process has opened it:
-    a compile is coming). Its start-up (Python, onnxruntime and onnxruntime-qnn imports, the
-    plugin EP's registration, an initialised QNN backend: ≈ 0.5 s on the x86-64 host, measured)
-    then overlaps this process's import of onnx, parse, hashing and analysis of the model instead
-    of delaying the first compile. Returns whether a start was requested; never raises (the full
-    path reports every problem of the request itself)."""
+    a compile is coming), or finding the user's compile server running. Its start-up (Python,
+    onnxruntime and onnxruntime-qnn imports, the plugin EP's registration, an initialised QNN
+    backend: ≈ 0.5 s on the x86-64 host, measured) then overlaps this process's import of onnx,
+    parse, hashing and analysis of the model instead of delaying the first compile; and this
+    process's own QNN backend, which loads the compiled model, is initialised meanwhile too
+    (:func:`~onnxwrapper.backends.qnn.compile.warm_qnn_backend`, in a thread). Returns whether a
+    start was requested; never raises (the full path reports every problem of the request itself)."""
     try:
         from onnxwrapper.backends.qnn.artifacts import model_label
+        from onnxwrapper.backends.qnn.compile import warm_qnn_backend
         from onnxwrapper.backends.qnn.model import stored_facts
         from onnxwrapper.backends.qnn.workers import default_pool
 
-        source = ModelSource.from_arg(request.path_or_bytes)
+        source = source or ModelSource.from_arg(request.path_or_bytes)
         if source.path is not None and not os.path.isfile(source.path):
             return False
         if stored_facts(config.get("cache_dir"), source) is not None:
@@ -58,6 +113,9 @@ def prestart_worker(config, request, availability) -> bool:
         setup = qnn_setup(config, request_ep_options(request), source, user_so=None, kwargs={},
                           label=model_label(source), real_npu=availability.real_npu)
         default_pool().start(setup.settings.ep_options)
+        # this process loads what is compiled: its QNN backend initialises meanwhile, not after
+        threading.Thread(target=warm_qnn_backend, args=(setup.settings.ep_options,), daemon=True,
+                         name="onnxwrapper-qnn-warm").start()
         return True
     except Exception:  # noqa: BLE001 - a speed-up only; the full path raises what is wrong
         return False

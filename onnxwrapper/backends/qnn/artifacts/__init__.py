@@ -1,6 +1,7 @@
 """Compiled models that exist already: verified precompiled EPContext models next to the user's
 model (an ordered list of resolvers, :func:`register_artifact_resolver`), and a session opened
-straight from a compile-cache hit (:func:`open_cached`: no onnx import, no parse of the model).
+straight from a compile-cache hit (:func:`open_cached`: no onnx import, no parse of the model), and
+the first compile of a plain model with its parse done by the compile worker (:func:`first_compile`).
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from onnxwrapper.backends.qnn.artifacts._artifacts import (RAW_BINARY_SUFFIXES, 
                                                            check_artifact_interface, register_artifact_resolver,
                                                            resolve_precompiled, resolve_specialization)
 from onnxwrapper.backends.qnn.artifacts._cache_hit import is_ort_format, is_raw_binary, model_label, open_cached
+from onnxwrapper.backends.qnn.artifacts._first_compile import first_compile, first_compile_job
 
 __all__ = [
     "RAW_BINARY_SUFFIXES",
     "ResolvedArtifact",
     "check_artifact_interface",
+    "first_compile",
+    "first_compile_job",
     "is_ort_format",
     "is_raw_binary",
     "model_label",

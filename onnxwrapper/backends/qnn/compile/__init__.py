@@ -19,6 +19,7 @@ from onnxwrapper.backends.qnn.compile._compile_errors import (UNWRITABLE_MARKERS
                                                               recoverable, typed_failure)
 from onnxwrapper.backends.qnn.compile._compile_memo import CompileMemo
 from onnxwrapper.backends.qnn.compile._provenance import make_record, stamp, verify
+from onnxwrapper.backends.qnn.compile._warm import warm_qnn_backend
 
 __all__ = [
     "CTX_NAME",
@@ -49,4 +50,5 @@ __all__ = [
     "stamp",
     "typed_failure",
     "verify",
+    "warm_qnn_backend",
 ]

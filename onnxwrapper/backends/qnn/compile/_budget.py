@@ -122,9 +122,12 @@ class CompileWatch:
         return None
 
 
-def await_reply(proc, request, kill: Callable[[], None], tail: Callable[[], str]) -> Any:
+def await_reply(proc, request, kill: Callable[[], None], tail: Callable[[], str], *,
+                reader: Callable[[], Any] | None = None, pid: int | None = None) -> Any:
     """The pickled reply of worker process ``proc`` to ``request`` (a ``CompileRequest``), read in a
     helper thread while a :class:`CompileWatch` checks the request's budget and logs progress.
+    ``reader`` / ``pid``: read the reply with ``reader()`` from the process ``pid`` instead (the
+    compile server's connection; ``proc`` is then ``None``).
 
     Raises:
         CompileBudgetError: the budget was exceeded; ``kill()`` has ended the worker.
@@ -134,14 +137,15 @@ def await_reply(proc, request, kill: Callable[[], None], tail: Callable[[], str]
 
     def read() -> None:
         try:
-            replies.put(("reply", pickle.load(proc.stdout)))
+            replies.put(("reply", reader() if reader is not None else pickle.load(proc.stdout)))
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
             replies.put(("error", exc))
 
     threading.Thread(target=read, daemon=True, name="onnxwrapper-qnn-worker-reply").start()
     shapes = dict(request.shapes) if request.shapes else None
     label = request.label + (f" [{shapes_note(shapes)}]" if shapes else "")
-    watch = CompileWatch(proc.pid, label, request.rung, request.budget_seconds, request.budget_mb)
+    watch = CompileWatch(pid if proc is None else proc.pid, label, request.rung, request.budget_seconds,
+                         request.budget_mb)
     while True:  # checked at once too: a budget the worker's own start-up memory exceeds stops every compile
         exceeded = watch.check()
         if exceeded is not None:

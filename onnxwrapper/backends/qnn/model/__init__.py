@@ -10,8 +10,9 @@ from __future__ import annotations
 from onnxwrapper.backends.qnn.model._dim_groups import DimGroups, Linear, parse_dim
 from onnxwrapper.backends.qnn.model._feed_limits import (DEFAULT_MAX_FEED_MB, VTCM_BUDGET_MB, check_feed_cost,
                                                          check_feed_rows)
-from onnxwrapper.backends.qnn.model._model_identity import (is_epcontext_model, model_key, remember_facts,
-                                                            session_cache_key, stored_facts)
+from onnxwrapper.backends.qnn.model._model_identity import (facts_of, is_epcontext_model, model_key,
+                                                            remember_facts, session_cache_key, stored_facts,
+                                                            structure_key)
 from onnxwrapper.backends.qnn.model._padding import RULE_CANDIDATES, GroupRule, Padding, bucket_size
 from onnxwrapper.backends.qnn.model._specialize import (Signature, control_inputs, control_value, signature_of,
                                                         specialize_for_qnn)
@@ -30,6 +31,7 @@ __all__ = [
     "check_feed_rows",
     "control_inputs",
     "control_value",
+    "facts_of",
     "is_epcontext_model",
     "model_key",
     "parse_dim",
@@ -38,4 +40,5 @@ __all__ = [
     "signature_of",
     "specialize_for_qnn",
     "stored_facts",
+    "structure_key",
 ]

@@ -43,6 +43,7 @@ class Linear(NamedTuple):
 
     @classmethod
     def symbol(cls, name: str) -> "Linear":
+        """The expression of one symbol ``name`` (coefficient 1, constant 0)."""
         return cls(((name, 1),), 0)
 
     @property

@@ -30,7 +30,7 @@ from onnxwrapper.kernel import (ArtifactCache, ModelMetadataInfo, dynamic_inputs
                                 make_key, modelmeta_from_onnx, record_digest, recorded_key, supplied_external_data)
 
 __all__ = ["FACTS_FORMAT", "ModelFacts", "facts_of", "is_epcontext_model", "model_key", "remember_facts",
-           "session_cache_key", "stored_facts"]
+           "session_cache_key", "stored_facts", "structure_key"]
 
 #: bump when what a record holds, or how it is computed, changes: older records are then ignored
 FACTS_FORMAT = 1
@@ -50,6 +50,15 @@ def model_key(source, user_so) -> str:
     content = source.content_hash(names, files)
     recorded = recorded_key(user_so)
     return make_key({"model": content, "session_options": recorded}) if recorded else content
+
+
+def structure_key(source, user_so) -> str:
+    """The identity of the model's *graph*: the sha256 of the model's own bytes (not of its external
+    data: weights decide no partition) and what the user's SessionOptions add to it. Computed without
+    onnx (a path's digest hint or a hash of its bytes), so a fact about the graph — the QNN EP takes
+    none of its nodes — can be looked up before the model is parsed."""
+    recorded = recorded_key(user_so)
+    return make_key({"model-bytes": source.bytes_digest(), "session_options": recorded})
 
 
 def session_cache_key(setup, model_hash: str) -> str:

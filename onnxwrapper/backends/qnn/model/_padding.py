@@ -56,10 +56,16 @@ class GroupRule(NamedTuple):
     outputs: Mapping[str, tuple]
 
     def to_dict(self) -> dict:
+        """JSON-ready: ``{"side", "fill", "outputs": {name: [coefficients]}}`` (kept in the compile cache)."""
         return {"side": self.side, "fill": self.fill, "outputs": {k: list(v) for k, v in self.outputs.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GroupRule":
+        """Inverse of :meth:`to_dict`, checked (a cache entry is untrusted data).
+
+        Raises:
+            ValueError / KeyError / TypeError: an unknown side or fill, a negative coefficient, a missing key.
+        """
         side, fill = str(data["side"]), str(data["fill"])
         if (side, fill) not in RULE_CANDIDATES:
             raise ValueError(f"unknown padding rule {side}/{fill}")

@@ -40,15 +40,17 @@ from onnxwrapper.backends.qnn.artifacts import (RAW_BINARY_SUFFIXES, check_artif
                                                 is_raw_binary, model_label, resolve_precompiled)
 from onnxwrapper.backends.qnn.binary import wrap_raw_binary
 from onnxwrapper.backends.qnn.compile import ort_session_class
-from onnxwrapper.backends.qnn.model import DimGroups, control_inputs, is_epcontext_model, model_key, remember_facts
+from onnxwrapper.backends.qnn.model import (DimGroups, control_inputs, is_epcontext_model, model_key, remember_facts,
+                                            structure_key)
+from onnxwrapper.backends.qnn.open._no_node_probe import probe_no_node
 from onnxwrapper.backends.qnn.open._spec_builder import JitModel, SpecializationBuilder, artifact_info, static_compile
 from onnxwrapper.backends.qnn.pipeline import CacheStore, prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn.platform import copy_session_options
 from onnxwrapper.backends.qnn.recovery import BatchSplitRunner, batch_split_of, recovering_step
 from onnxwrapper.backends.qnn.session import (ASSIGNMENT_KEY, ArtifactInfo, BucketRouter, QnnCpuSession,
-                                              QnnDynamicSession,
-                                              check_partition, compile_or_verdict, context_budget_mb, no_node_policy,
-                                              nonfinite_check, records_assignment, static_session, user_facing_options,
+                                              QnnDynamicSession, check_partition, compile_or_verdict,
+                                              context_budget_mb, no_node_policy, nonfinite_check, records_assignment,
+                                              remember_verdict, static_session, user_facing_options,
                                               user_session_options)
 from onnxwrapper.backends.qnn.settings import QnnSetup, qnn_setup, request_ep_options
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError, PartitionError
@@ -89,13 +91,15 @@ def _model_meta_override(ctx_proto, original):
     return None if wanted == got else wanted
 
 
-def open_session(config: dict[str, Any], request, availability):
+def open_session(config: dict[str, Any], request, availability, source: ModelSource | None = None):
     """Open a QNN backend session for ``request`` (see the module docstring).
 
     Args:
         config: validated backend options. request: the SessionRequest. availability: probe result.
+        source: the request's model as a ``ModelSource`` already made (and hashed) by the caller, or
+            ``None`` to make it here.
     """
-    source = ModelSource.from_arg(request.path_or_bytes)
+    source = source if source is not None else ModelSource.from_arg(request.path_or_bytes)
     given_so = user_session_options(request)
     if is_ort_format(given_so, source):
         raise BackendCapabilityError("Backend 'qnn' compiles ONNX models; ORT-format (.ort) models are not "
@@ -149,6 +153,10 @@ def open_session(config: dict[str, Any], request, availability):
         info = ArtifactInfo("precompiled", source.path or "<EPContext model bytes>", None, 0.0)
         return static_session(setup, model_input, load_configs, None, info, warn_key)
     no_node = predicted_no_node(fixed, label) if repair is None else None
+    if no_node is None and repair is None and not is_epcontext_model(proto):
+        no_node = probe_no_node(setup, fixed)  # the candidates compiled alone
+        if no_node is not None:
+            remember_verdict(store.cache, structure_key(source, user_so), settings.compile_options(), no_node)
     if no_node is not None:  # nothing for the NPU: ORT's own CPU session, dynamic shapes and all, no compile
         no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
         return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,

@@ -25,10 +25,11 @@ from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn.artifacts import check_artifact_interface, resolve_specialization
 from onnxwrapper.backends.qnn.compile import build_session_options, create_qnn_session, epcontext_unwritable
-from onnxwrapper.backends.qnn.model import Signature, check_feed_cost, specialize_for_qnn
+from onnxwrapper.backends.qnn.model import Signature, check_feed_cost, specialize_for_qnn, structure_key
 from onnxwrapper.backends.qnn.platform import EP_NAME
 from onnxwrapper.backends.qnn.recovery import BatchSplitRunner, batch_split_of
-from onnxwrapper.backends.qnn.session import ArtifactInfo, BAKED_IN, check_partition, compile_or_verdict
+from onnxwrapper.backends.qnn.session import (ArtifactInfo, BAKED_IN, check_partition, compile_or_verdict,
+                                              model_verdict, remember_verdict)
 from onnxwrapper.errors import PartitionError
 from onnxwrapper.kernel import PartitionReport, has_control_flow, input_dims
 
@@ -165,6 +166,11 @@ class SpecializationBuilder:
             report = PartitionReport.from_session(session, EP_NAME, source="artifact", note=note)
             return session, report, ArtifactInfo("precompiled", artifact.ctx_path, shapes or None,
                                                  time.perf_counter() - start)
+        graph_key = structure_key(setup.source, setup.user_so)
+        known = model_verdict(self.store.cache, graph_key, settings.compile_options()) if self.patches is not None \
+            else None
+        if known is not None:  # the QNN EP takes no node of this model (found at another shape, or remembered)
+            return self.on_cpu(), known, ArtifactInfo("cpu", "", shapes or None, time.perf_counter() - start)
         if feed is not None:
             feed_shapes = {name: tuple(_shape(value)) for name, value in feed.items() if name not in signature.values}
             check_feed_cost(self.proto, feed_shapes, settings, note)
@@ -178,7 +184,9 @@ class SpecializationBuilder:
             session = self._load(jit.data, dict(self.load_configs, **jit.configs))
             report = PartitionReport.from_session(session, EP_NAME, source="compile", note=note)
             return session, report, ArtifactInfo("jit", "<in memory>", shapes or None, time.perf_counter() - start)
-        if no_node is not None:
+        if no_node is not None:  # found out once, from this shape: every other shape runs on the CPU too
+            if self.patches is not None and not no_node.recovery:
+                remember_verdict(self.store.cache, graph_key, settings.compile_options(), no_node)
             return self.on_cpu(), no_node, ArtifactInfo("cpu", "", shapes or None, time.perf_counter() - start)
         if settings.strict:
             check_partition(compiled.report, strict=True, label=note, warn_key=self.warn_key)

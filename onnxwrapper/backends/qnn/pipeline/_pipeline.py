@@ -14,7 +14,7 @@ when called:
   specialized first (:func:`onnxwrapper.backends.qnn.model._specialize.specialize_for_qnn`: shapes, bound
   control inputs, folded ``If`` nodes).
 
-Every compile is a :class:`~onnxwrapper.backends.qnn.workers._workers.CompileRequest` served by a compile
+Every compile is a :class:`~onnxwrapper.backends.qnn.workers._request.CompileRequest` served by a compile
 worker process (:func:`~onnxwrapper.backends.qnn.workers._workers.default_pool`); a cache hit starts none.
 Each ctx model gets a provenance record (:mod:`onnxwrapper.backends.qnn.compile._provenance`).
 """

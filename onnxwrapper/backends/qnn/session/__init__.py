@@ -10,7 +10,8 @@ from __future__ import annotations
 from onnxwrapper.backends.qnn.session._assignment import ASSIGNMENT_KEY, records_assignment
 from onnxwrapper.backends.qnn.session._buckets import BucketRouter
 from onnxwrapper.backends.qnn.session._context_budget import context_budget_mb
-from onnxwrapper.backends.qnn.session._no_node import QnnCpuSession, compile_or_verdict, no_node_policy
+from onnxwrapper.backends.qnn.session._no_node import (QnnCpuSession, compile_or_verdict, model_verdict,
+                                                      no_node_policy, remember_verdict)
 from onnxwrapper.backends.qnn.session._partition_check import check_partition
 from onnxwrapper.backends.qnn.session._session import ArtifactInfo, QnnDynamicSession, nonfinite_check
 from onnxwrapper.backends.qnn.session._user_session import (BAKED_IN, static_session, user_facing_options,
@@ -26,9 +27,11 @@ __all__ = [
     "check_partition",
     "compile_or_verdict",
     "context_budget_mb",
+    "model_verdict",
     "no_node_policy",
     "nonfinite_check",
     "records_assignment",
+    "remember_verdict",
     "static_session",
     "user_facing_options",
     "user_session_options",

@@ -37,8 +37,8 @@ from onnxwrapper.backends.qnn.session._partition_check import warn_once
 from onnxwrapper.errors import CompileFailedError, PartitionError
 from onnxwrapper.kernel import PartitionReport
 
-__all__ = ["CPU_EP", "QnnCpuSession", "compile_or_verdict", "no_node_policy", "ort_providers",
-           "ort_provider_options"]
+__all__ = ["CPU_EP", "QnnCpuSession", "compile_or_verdict", "model_verdict", "no_node_policy", "ort_providers",
+           "ort_provider_options", "remember_verdict"]
 
 CPU_EP = "CPUExecutionProvider"
 
@@ -53,6 +53,28 @@ def ort_provider_options(ep_options: Mapping[str, str]) -> dict:
     """What ORT + QNN EP's ``get_provider_options()`` says: ``{'CPUExecutionProvider': {},
     'QNNExecutionProvider': {QNN EP options}}`` (measured, in this order)."""
     return {CPU_EP: {}, EP_NAME: dict(ep_options)}
+
+
+def _verdict_memo(cache, model_hash: str, compile_options) -> CompileMemo:
+    return CompileMemo(cache, {"qnn-model-takes-no-node": model_hash, "options": dict(sorted(compile_options.items()))},
+                       "partition")
+
+
+def model_verdict(cache, model_hash: str, compile_options) -> PartitionReport | None:
+    """The remembered partition of a model the QNN EP takes no node of (every node on ORT's CPU EP;
+    found by the candidates' probe or at one input shape), or ``None``. Keyed by the model identity
+    (``model_hash``) and the compile options (``QnnSettings.compile_options()``); one ``stat`` when
+    nothing is remembered."""
+    known = _verdict_memo(cache, model_hash, compile_options).known()
+    try:
+        return PartitionReport.from_dict(known).with_source("cache") if isinstance(known, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def remember_verdict(cache, model_hash: str, compile_options, report: PartitionReport) -> None:
+    """Remember (best effort) that the QNN EP takes no node of the model: :func:`model_verdict`."""
+    _verdict_memo(cache, model_hash, compile_options).remember(report.to_dict())
 
 
 def _ops(report: PartitionReport) -> str:

@@ -1,4 +1,4 @@
-"""The compile worker process: executes :class:`~onnxwrapper.backends.qnn.workers._workers.CompileRequest`\\ s.
+"""The compile worker process: executes :class:`~onnxwrapper.backends.qnn.workers._request.CompileRequest`\\ s.
 
 Started by :class:`~onnxwrapper.backends.qnn.workers._workers.CompileWorker` as ``python -E -c <boot>
 <parent's sys.path as JSON>`` (not ``multiprocessing``: its ``spawn`` re-imports the user's
@@ -10,10 +10,11 @@ duplicate of file descriptor 1; fd 1 itself is pointed at stderr, so native code
 stdout (the simulator's ``# LIBNATIVE:`` line) cannot corrupt it. SIGINT is ignored: a Ctrl-C is
 the parent's to handle (it then ends the worker).
 
-After its first compile the worker keeps one tiny QNN session alive (:func:`_keep_warm`): while a
-QNN session exists the QNN backend stays initialised, and each later compile is ~45 ms faster
-(measured, light squeezenet: 98 → 57 ms; the options are the first request's, and every compile
-passes its own explicit ``soc_model``, so the tiny session changes nothing else).
+From its warm-up (or its first compile) on, the worker keeps one tiny QNN session alive
+(:func:`~onnxwrapper.backends.qnn.compile.warm_qnn_backend`): while a QNN session exists the QNN
+backend stays initialised, and each later compile is ~45 ms faster (measured, light squeezenet:
+98 → 57 ms; every compile passes its own explicit ``soc_model``, so the tiny session changes
+nothing else).
 """
 
 from __future__ import annotations
@@ -26,18 +27,19 @@ import sys
 import traceback
 from typing import Any
 
+from onnxwrapper.backends.qnn.compile import warm_qnn_backend
+
 __all__ = ["execute", "encode_error", "decode_error", "serve"]
-
-_warm: list = []
-
 
 def execute(request) -> Any:
     """Run one request in this process (the worker, or the user's process when no worker can start).
 
     Returns:
         ``generate_epcontext``'s meta dict for ``kind == "epcontext"``; ``{"dlc": [paths]}`` for
-        ``kind == "dlc"``.
+        ``kind == "dlc"``; what ``request.job(*request.job_args)`` returns for ``kind == "job"``.
     """
+    if request.kind == "job":
+        return request.job(*request.job_args)
     import onnx
 
     from onnxwrapper.backends.qnn.compile import dump_dlc, generate_epcontext
@@ -64,27 +66,6 @@ def _single_threaded(state):
     state["configs"] = dict(state.get("configs") or {}, **{"session.intra_op.allow_spinning": "0"})
     state.setdefault("calls", [])
     return state
-
-
-def _keep_warm(ep_options) -> None:
-    """Create, once, a one-node QNN session that lives as long as the worker (see the module docstring)."""
-    if _warm:
-        return
-    import onnx
-    from onnx import helper
-
-    from onnxwrapper.backends.qnn.compile import build_session_options, create_qnn_session
-    from onnxwrapper.backends.qnn.platform import ensure_registered
-
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "warm",
-                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    so = build_session_options(None, ep_options, ensure_registered())
-    try:
-        _warm.append(create_qnn_session(model.SerializeToString(), so))
-    except Exception:  # noqa: BLE001 - only a speed-up: compiles work without it
-        _warm.append(None)
 
 
 def encode_error(exc: BaseException) -> dict:
@@ -125,7 +106,7 @@ def decode_error(data: dict) -> BaseException:
 def warm_up(ep_options) -> None:
     """Do, before the first request arrives, what every compile needs first: import onnx and the
     compile layer, register the QNN plugin EP and (with ``ep_options``, the options of the session
-    that started this worker) create the tiny session of :func:`_keep_warm`. Started right after
+    that started this worker) create the tiny session of :func:`~onnxwrapper.backends.qnn.compile.warm_qnn_backend`. Started right after
     ``ready``, so this overlaps the parent's own work (reading, hashing and analysing the model)
     instead of delaying the first compile. Failures are left for the request to meet and report."""
     try:
@@ -136,7 +117,7 @@ def warm_up(ep_options) -> None:
 
         ensure_registered()
         if ep_options:
-            _keep_warm(ep_options)
+            warm_qnn_backend(ep_options)
     except Exception:  # noqa: BLE001 - only a speed-up: the request reports any real failure
         return
 
@@ -168,7 +149,7 @@ def serve(warm_options=None) -> None:
             reply = ("error", encode_error(exc))
         else:
             if request.kind == "epcontext":
-                _keep_warm(request.ep_options)
+                warm_qnn_backend(request.ep_options)
         try:
             send(reply)
         except (BrokenPipeError, OSError):

@@ -7,7 +7,7 @@ process turns each of these into a typed error, and its QNN configuration is exa
 request asks for; the user's process only *loads* compiled EPContext models, whose numerics are
 fixed at compile time (measured: a ctx compiled FP16 loads FP16 and an fp32 one fp32 in any process).
 
-* :class:`CompileRequest` — one compile (or DLC dump), as plain data.
+* :class:`~onnxwrapper.backends.qnn.workers._request.CompileRequest` — one compile (or DLC dump, or job), as plain data.
 * :class:`CompileWorker` — one persistent worker process (started on its first request; a request
   over a pipe costs nothing measurable, the start ≈ 0.2–0.3 s once), serving one request at a time.
 * :class:`WorkerPool` — up to ``size`` workers; :meth:`WorkerPool.run` blocks for a free one, so N
@@ -44,10 +44,12 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from onnxwrapper.backends.qnn.compile import UNWRITABLE_MARKERS, await_reply
+from onnxwrapper.backends.qnn.workers._request import CompileRequest
+from onnxwrapper.backends.qnn.workers._server import server_enabled
+from onnxwrapper.backends.qnn.workers._shared import ServerBusy, ServerUnavailable, SharedWorker
 from onnxwrapper.backends.qnn.workers._worker_main import decode_error, execute
 from onnxwrapper.errors import BackendCompileError
 from onnxwrapper.kernel import shapes_note
@@ -61,45 +63,6 @@ _TAIL_LINES = 40
 _LIBNATIVE_MARK = b"# LIBNATIVE:"
 _QUIET = (_LIBNATIVE_MARK,) + tuple(m.encode() for m in UNWRITABLE_MARKERS)
 _COLOR_RESET = b"\x1b[m"
-
-
-@dataclass(frozen=True)
-class CompileRequest:
-    """One compile for a worker, as plain (picklable) data.
-
-    Attributes:
-        model: model path, or serialized model bytes (static shapes).
-        out_dir: existing, empty folder the results are written to.
-        ep_options: the QNN EP options (``QnnSettings.ep_options``).
-        session_state: the user's session options (``_runtime.session_options_state``), or ``None``.
-        original: serialized ``_compile.metadata_model`` of the original model (its metadata).
-        external_data_dir: folder of the model's external data, or ``None``.
-        ctx_name: file name of the EPContext model. kwargs: ORT keyword arguments.
-        note: text for logs and the partition report. label: the model's name in errors.
-        shapes: specialization shapes (errors, logs) or ``None``.
-        provenance: record stamped into the ctx model (``_provenance.make_record``) or ``None``.
-        kind: ``"epcontext"`` (:func:`~onnxwrapper.backends.qnn.compile._compile.generate_epcontext`) or
-            ``"dlc"`` (:func:`~onnxwrapper.backends.qnn.compile._compile.dump_dlc`).
-        budget_seconds / budget_mb: the compile budget (wall seconds, worker MiB), ``None``: unbounded.
-        rung: the recovery rung this compile belongs to (progress lines), ``""`` for the first try.
-    """
-
-    model: str | bytes
-    out_dir: str
-    ep_options: Mapping[str, str]
-    session_state: Mapping[str, Any] | None = None
-    original: bytes = b""
-    external_data_dir: str | None = None
-    ctx_name: str = "model_ctx.onnx"
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-    note: str = ""
-    label: str = "the model"
-    shapes: Mapping[str, Sequence[int]] | None = None
-    provenance: Mapping[str, Any] | None = None
-    kind: str = "epcontext"
-    budget_seconds: float | None = None
-    budget_mb: float | None = None
-    rung: str = ""
 
 
 class _WorkerStartError(Exception):
@@ -255,19 +218,28 @@ class WorkerPool:
 
     Args:
         size: number of workers, ≥ 1. Workers start on demand and are reused.
+        shared: send compiles to the user's compile server first
+            (:mod:`onnxwrapper.backends.qnn.workers._server`), falling back to the pool's own workers
+            when it is busy with another process or cannot be reached.
     """
 
-    def __init__(self, size: int = 1) -> None:
+    def __init__(self, size: int = 1, *, shared: bool = False) -> None:
         self._lock = threading.Condition()
         self._idle: list[CompileWorker] = []
         self._all: list[CompileWorker] = []
         self.size = max(1, int(size))
         self._in_process = False
+        self._shared = SharedWorker() if shared else None
 
     def start(self, warm_options: Mapping[str, str] | None = None) -> None:
         """Start every worker the pool may have, now, in background threads (they are otherwise
         started by the first requests): their boot overlaps what the caller does meanwhile.
-        ``warm_options``: QNN EP options each worker warms up with (:meth:`CompileWorker.prestart`)."""
+        ``warm_options``: QNN EP options each worker warms up with (:meth:`CompileWorker.prestart`).
+        A pool that shares the compile server starts (or finds) the server instead."""
+        if self._shared is not None:
+            threading.Thread(target=self._shared.prestart, args=(warm_options,), daemon=True,
+                             name="onnxwrapper-qnn-server-start").start()
+            return
         with self._lock:
             fresh = [CompileWorker() for _ in range(self.size - len(self._all))]
             self._all.extend(fresh)
@@ -316,6 +288,11 @@ class WorkerPool:
     def run(self, request: CompileRequest) -> Any:
         """Serve ``request`` on a free worker (see :meth:`CompileWorker.run`); in this process when no
         worker can be started (one WARNING per pool)."""
+        if self._shared is not None and not self._in_process:
+            try:
+                return self._shared.run(request)
+            except (ServerBusy, ServerUnavailable) as exc:  # compile on a worker of this pool
+                _log.debug("onnxwrapper qnn: compile server not used (%s: %s)", type(exc).__name__, exc)
         if not self._in_process:
             worker = self._take()
             try:
@@ -343,7 +320,8 @@ _hooks_registered = False
 
 
 def default_pool() -> WorkerPool:
-    """The compile pool of this process (one worker unless resized; new after a ``fork``)."""
+    """The compile pool of this process (one worker unless resized; new after a ``fork``), sending
+    compiles to the user's compile server first unless ``ONNXWRAPPER_COMPILE_SERVER=0``."""
     global _default, _hooks_registered
     with _default_lock:
         if _default is None:
@@ -352,7 +330,7 @@ def default_pool() -> WorkerPool:
                 if hasattr(os, "register_at_fork"):
                     os.register_at_fork(after_in_child=_forget_after_fork)
                 atexit.register(_close_default)
-            _default = WorkerPool(1)
+            _default = WorkerPool(1, shared=server_enabled())
         return _default
 
 
