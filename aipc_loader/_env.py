@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "ENV_BACKEND", "ENV_TARGET", "ENV_PRECISION", "ENV_STRICT", "ENV_CACHE_DIR", "ENV_VERBOSE",
-    "ENV_REPORT_PARTITION", "ENV_COMPILE_TIMEOUT", "ENV_COMPILE_MEMORY_MB", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
+    "ENV_REPORT_PARTITION", "ENV_COMPILE_TIMEOUT", "ENV_COMPILE_MEMORY_MB", "ENV_COMPILE_BUDGET", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
     "EnvError", "ChildConfig", "parse_bool", "parse_positive", "parse_verbosity", "encode_child_config",
     "decode_child_config",
 ]
@@ -31,6 +31,7 @@ ENV_CACHE_DIR = "AIPC_CACHE_DIR"
 ENV_VERBOSE = "AIPC_VERBOSE"
 ENV_REPORT_PARTITION = "AIPC_REPORT_PARTITION"
 ENV_COMPILE_TIMEOUT = "AIPC_COMPILE_TIMEOUT"
+ENV_COMPILE_BUDGET = "AIPC_COMPILE_BUDGET"
 ENV_COMPILE_MEMORY_MB = "AIPC_COMPILE_MEMORY_MB"
 
 #: set by aipc for the processes it starts (JSON, see :class:`ChildConfig`); never set it by hand.
@@ -48,6 +49,8 @@ USER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     (ENV_CACHE_DIR, "--cache-dir", "backend option 'cache_dir' (compiled-artifact cache)"),
     (ENV_COMPILE_TIMEOUT, "--compile-timeout", "backend option 'compile_timeout' (seconds one compile may take)"),
     (ENV_COMPILE_MEMORY_MB, "--compile-memory-mb", "backend option 'compile_memory_mb' (MiB one compile may use)"),
+    (ENV_COMPILE_BUDGET, "--compile-budget", "backend option 'compile_budget' (seconds all compiles of one model may "
+                                             "take, recovery included)"),
     (ENV_VERBOSE, "-v", "0, 1, 2: verbosity of aipc's own stderr messages"),
     (ENV_REPORT_PARTITION, "--report-partition", "1/0: print each session's partition summary at exit"),
 )
@@ -55,7 +58,7 @@ USER_VARIABLES: tuple[tuple[str, str, str], ...] = (
 #: command-line/env settings that become backend options: attribute name -> backend option key.
 OPTION_KEYS: Mapping[str, str] = {"target": "target", "precision": "precision", "strict": "strict",
                                   "cache_dir": "cache_dir", "compile_timeout": "compile_timeout",
-                                  "compile_memory_mb": "compile_memory_mb"}
+                                  "compile_memory_mb": "compile_memory_mb", "compile_budget": "compile_budget"}
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}

@@ -194,7 +194,8 @@ class CompileBudgetError(CompileFailedError):
     Attributes (besides :class:`CompileFailedError`'s):
         seconds: wall time spent before it was stopped. peak_mb: the compiler process's largest
             resident memory seen (MiB), or ``None`` where it cannot be read.
-        budget: ``"time"`` or ``"memory"`` (which limit was reached).
+        budget: ``"time"`` or ``"memory"`` (which limit of one compile was reached), or ``"total"``
+            (the compiles of one model's recovery ladder together went past the ``compile_budget``).
     """
 
     def __init__(self, message: str, *, seconds: float = 0.0, peak_mb: float | None = None, budget: str = "time",

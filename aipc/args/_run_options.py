@@ -40,7 +40,8 @@ def _integer(name: str, text: str) -> int:
 
 #: the compile budget's settings: (attribute, environment variable, parser of the variable)
 _BUDGET = (("compile_timeout", _env.ENV_COMPILE_TIMEOUT, _env.parse_positive),
-           ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer))
+           ("compile_memory_mb", _env.ENV_COMPILE_MEMORY_MB, _integer),
+           ("compile_budget", _env.ENV_COMPILE_BUDGET, _env.parse_positive))
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +74,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def add_compile_budget(group) -> None:
-    """Add ``--compile-timeout`` and ``--compile-memory-mb`` (the QNN compile budget; default ``None``:
+    """Add ``--compile-timeout``, ``--compile-memory-mb`` and ``--compile-budget`` (the QNN compile budget; default ``None``:
     :func:`compile_budget` then reads the environment variables) to ``group`` (a parser or group)."""
     group.add_argument("--compile-timeout", metavar="SECONDS", type=_positive("--compile-timeout"),
                        help=f"backend option 'compile_timeout': wall time one compile may take before the "
@@ -81,6 +82,10 @@ def add_compile_budget(group) -> None:
     group.add_argument("--compile-memory-mb", metavar="MIB", type=_positive("--compile-memory-mb", integer=True),
                        help=f"backend option 'compile_memory_mb': memory one compile may use "
                             f"[{_env.ENV_COMPILE_MEMORY_MB}]")
+    group.add_argument("--compile-budget", metavar="SECONDS", type=_positive("--compile-budget"),
+                       help=f"backend option 'compile_budget': wall time all compiles of one model may take "
+                            f"together, recovery included; past it the model runs on the CPU for the run "
+                            f"[{_env.ENV_COMPILE_BUDGET}]")
 
 
 def _pick(args, attr: str, var: str, parse, env) -> tuple[Any, str | None]:
@@ -100,8 +105,9 @@ def _pick(args, attr: str, var: str, parse, env) -> tuple[Any, str | None]:
 
 
 def compile_budget(args: argparse.Namespace, environ=None) -> dict[str, Any]:
-    """The compile budget as backend options, ``{"compile_timeout": s, "compile_memory_mb": MiB}``
-    (only those set): the options, else ``AIPC_COMPILE_TIMEOUT`` / ``AIPC_COMPILE_MEMORY_MB``.
+    """The compile budget as backend options, ``{"compile_timeout": s, "compile_memory_mb": MiB,
+    "compile_budget": s}`` (only those set): the options, else ``AIPC_COMPILE_TIMEOUT`` /
+    ``AIPC_COMPILE_MEMORY_MB`` / ``AIPC_COMPILE_BUDGET``.
 
     Raises:
         UsageError: an environment variable has an unusable value.

@@ -105,7 +105,8 @@ def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
         raise UsageError(f"--from-capture fills the qnn compile cache; --backend {args.backend!r} has none")
     run = argparse.Namespace(backend="qnn", target=args.target, precision=args.precision, strict=None,
                              cache_dir=args.cache_dir, compile_timeout=args.compile_timeout,
-                             compile_memory_mb=args.compile_memory_mb, verbose=None, report_partition=None,
+                             compile_memory_mb=args.compile_memory_mb,
+                             compile_budget=getattr(args, "compile_budget", None), verbose=None, report_partition=None,
                              repairs=None)
     options = dict(resolve_settings(run).backend_options)
     options.pop("strict", None)  # not part of a compile

@@ -18,6 +18,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import EPFail
 import onnxwrapper
 from onnxwrapper.errors import CompileBudgetError, CompileFailedError
 from onnxwrapper.kernel import PartialOffloadWarning
+from tests import models
 from tests import recovery_models as rm
 from tests.conftest import qnn_available
 
@@ -335,3 +336,24 @@ def test_the_unet_stand_in_runs_to_the_end_under_aipc_in_fp32_with_the_cpus_answ
     assert npu.stdout == cpu.stdout and "recovered by graph split" in npu.stderr
     np.testing.assert_allclose(np.load(tmp_path / "npu.npy"), np.load(tmp_path / "cpu.npy"), atol=1e-5)
     assert "Traceback" not in npu.stderr
+
+
+# -- the total compile budget of a model ---------------------------------------------------------------
+def test_past_its_total_budget_a_model_runs_on_the_cpu_with_one_line_and_strict_raises(cache, recwarn):
+    """All compiles of one model's ladder share ``compile_budget``: with (almost) none, the compile is
+    stopped, no rung is tried, the session runs on ORT's CPU with one warning naming the budget and
+    the precompile command; under strict the typed error, ``budget == "total"``."""
+    from onnxwrapper.errors import CompileBudgetError
+
+    data = models.smallconv(batch=1, seed=71)
+    options = {"cache_dir": cache, "compile_budget": 0.05}
+    session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options=options)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    np.testing.assert_array_equal(session.run(None, {"X": x})[0], _cpu(data, {"X": x})[0])  # the CPU's own answer
+    assert session.get_partition().target_nodes == 0
+    lines = [str(w.message) for w in recwarn if "total budget" in str(w.message)]
+    assert len(lines) == 1 and "aipc compile --from-capture" in lines[0] and "for the rest of this run" in lines[0]
+    with pytest.raises(CompileBudgetError) as caught:
+        onnxwrapper.InferenceSession(models.smallconv(batch=1, seed=72), backend="qnn",
+                                     backend_options=dict(options, strict=True))
+    assert caught.value.budget == "total"

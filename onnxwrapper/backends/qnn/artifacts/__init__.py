@@ -10,7 +10,7 @@ from onnxwrapper.backends.qnn.artifacts._artifacts import (RAW_BINARY_SUFFIXES, 
                                                            check_artifact_interface, register_artifact_resolver,
                                                            resolve_precompiled, resolve_specialization)
 from onnxwrapper.backends.qnn.artifacts._cache_hit import is_ort_format, is_raw_binary, model_label, open_cached
-from onnxwrapper.backends.qnn.artifacts._first_compile import first_compile, first_compile_job
+from onnxwrapper.backends.qnn.artifacts._first_compile import first_compile, first_compile_job, first_failure_token
 
 __all__ = [
     "RAW_BINARY_SUFFIXES",
@@ -18,6 +18,7 @@ __all__ = [
     "check_artifact_interface",
     "first_compile",
     "first_compile_job",
+    "first_failure_token",
     "is_ort_format",
     "is_raw_binary",
     "model_label",

@@ -17,8 +17,9 @@ it, a plain request — this does the work once, where the compile happens:
    (:func:`~onnxwrapper.backends.qnn.artifacts.open_cached`): no onnx import, no parse.
 
 Anything else — the worker finds the model is not plain, a compile that fails, a budget exceeded,
-no worker — returns ``None``, and the full open path decides as it always did (a compile failure is
-then met again there, through the recovery ladder).
+no worker — returns ``None``, and the full open path decides as it always did. A compile failure the
+recovery ladder works on is kept (:func:`~onnxwrapper.backends.qnn.compile.remember_first_failure`):
+the ladder starts from it instead of compiling the same graph again.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from typing import Any, Mapping
 
 from onnxwrapper.backends.qnn.artifacts._artifacts import ARTIFACT_RESOLVERS, resolve_epcontext_next_to_model
 from onnxwrapper.backends.qnn.artifacts._cache_hit import is_ort_format, is_raw_binary, model_label
-from onnxwrapper.backends.qnn.compile import (cached_compile, default_compile_memory_mb, metadata_model,
-                                              session_record)
+from onnxwrapper.backends.qnn.compile import (cached_compile, default_compile_memory_mb, metadata_model, recoverable,
+                                              remember_first_failure, session_record)
 from onnxwrapper.backends.qnn.model import check_feed_rows, facts_of, model_key, remember_facts, session_cache_key
 from onnxwrapper.backends.qnn.platform import session_options_from_state, session_options_state
 from onnxwrapper.backends.qnn.settings import qnn_setup, request_ep_options
-from onnxwrapper.errors import BackendCapabilityError
+from onnxwrapper.errors import BackendCapabilityError, CompileBudgetError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, recorded_key
 
-__all__ = ["first_compile", "first_compile_job"]
+__all__ = ["first_compile", "first_compile_job", "first_failure_token"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -90,6 +91,11 @@ def _plain_path_request(config: Mapping[str, Any], source, user_so) -> bool:
     return not os.path.exists(os.path.join(source.directory, f"{source.stem}_ctx.onnx"))
 
 
+def first_failure_token(path: str, settings) -> tuple:
+    """What a failed first compile is kept under: the model file and the settings it was compiled with."""
+    return ("first-compile", os.path.abspath(path), settings.describe())
+
+
 def _writable(root: str) -> bool:
     """Whether the cache root (or, when it does not exist yet, its nearest existing parent) is writable."""
     path = root
@@ -115,11 +121,15 @@ def first_compile(config: Mapping[str, Any], request, availability, source, user
         args = (dict(config), dict(request_ep_options(request)), os.path.abspath(source.path),
                 session_options_state(user_so) if user_so is not None else None, model_label(source),
                 bool(availability.real_npu))
+        budget = min(x for x in (settings.compile_timeout, settings.compile_budget) if x is not None) \
+            if (settings.compile_timeout or settings.compile_budget) else None
         job = CompileRequest(os.path.abspath(source.path), settings.cache_dir or "", dict(settings.ep_options),
-                             kind="job", label=model_label(source), budget_seconds=settings.compile_timeout,
+                             kind="job", label=model_label(source), budget_seconds=budget,
                              budget_mb=settings.compile_memory_mb or default_compile_memory_mb(), job=first_compile_job,
                              job_args=args)
         return default_pool().run(job)
     except Exception as exc:  # noqa: BLE001 - the full path meets and reports any real problem
+        if recoverable(exc) or isinstance(exc, CompileBudgetError):  # the ladder starts from this failure
+            remember_first_failure(first_failure_token(source.path, settings), exc)
         _log.debug("onnxwrapper qnn: first compile in the worker not used (%s: %s)", type(exc).__name__, exc)
         return None

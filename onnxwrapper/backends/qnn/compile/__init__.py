@@ -7,8 +7,9 @@ model and checked on a cache hit.
 
 from __future__ import annotations
 
-from onnxwrapper.backends.qnn.compile._budget import (DEFAULT_COMPILE_TIMEOUT_S, await_reply, convert_seconds,
-                                                      default_compile_memory_mb)
+from onnxwrapper.backends.qnn.compile._budget import (DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOTAL_BUDGET_S, await_reply,
+                                                      compile_seconds, convert_seconds, default_compile_memory_mb,
+                                                      total_budget)
 from onnxwrapper.backends.qnn.compile._cache_provenance import hit_problem, session_record
 from onnxwrapper.backends.qnn.compile._compile import (CTX_NAME, build_session_options, cached_compile,
                                                        compile_cache_key, create_qnn_session, dump_dlc,
@@ -16,7 +17,8 @@ from onnxwrapper.backends.qnn.compile._compile import (CTX_NAME, build_session_o
                                                        qnn_creation_guard)
 from onnxwrapper.backends.qnn.compile._compile_errors import (UNWRITABLE_MARKERS, compile_hint, context_load_error,
                                                               context_memory_failure, epcontext_unwritable, qnn_error,
-                                                              recoverable, typed_failure)
+                                                              recoverable, remember_first_failure, take_first_failure,
+                                                              typed_failure)
 from onnxwrapper.backends.qnn.compile._compile_memo import CompileMemo
 from onnxwrapper.backends.qnn.compile._provenance import make_record, stamp, verify
 from onnxwrapper.backends.qnn.compile._warm import warm_qnn_backend
@@ -25,12 +27,14 @@ __all__ = [
     "CTX_NAME",
     "CompileMemo",
     "DEFAULT_COMPILE_TIMEOUT_S",
+    "DEFAULT_TOTAL_BUDGET_S",
     "UNWRITABLE_MARKERS",
     "await_reply",
     "build_session_options",
     "cached_compile",
     "compile_cache_key",
     "compile_hint",
+    "compile_seconds",
     "context_load_error",
     "context_memory_failure",
     "convert_seconds",
@@ -46,8 +50,11 @@ __all__ = [
     "qnn_creation_guard",
     "qnn_error",
     "recoverable",
+    "remember_first_failure",
     "session_record",
     "stamp",
+    "take_first_failure",
+    "total_budget",
     "typed_failure",
     "verify",
     "warm_qnn_backend",

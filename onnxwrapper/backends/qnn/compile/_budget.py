@@ -14,6 +14,13 @@ recovery ladder (:mod:`onnxwrapper.backends.qnn.recovery._recovery`) takes over.
   default half the machine's physical memory, :func:`default_compile_memory_mb`; ``aipc
   --compile-memory-mb``). Read from ``/proc/<pid>/statm`` on Linux, else with psutil when it is
   installed; where neither works the memory budget is not enforced (the wall time still is).
+* Total per model: backend option ``compile_budget`` (seconds, default :data:`DEFAULT_TOTAL_BUDGET_S`
+  = 600; ``aipc --compile-budget``) bounds every compile of one model's recovery ladder together —
+  the compile as given and every rung after it (:func:`total_budget`). Each compile then gets at
+  most what is left; when nothing is left, :func:`compile_seconds` raises the total
+  :class:`~onnxwrapper.errors.CompileBudgetError` (``budget == "total"``), which the ladder does not
+  work around: outside ``strict`` the model runs on ORT's CPU for the rest of the run
+  (:mod:`onnxwrapper.backends.qnn.session._no_node`), under ``strict`` it is raised.
 * Progress: a compile still running after :data:`PROGRESS_AFTER_S` seconds logs one WARNING line
   on logger ``onnxwrapper.qnn`` (so it reaches stderr without any logging set-up, and ``aipc``
   shows it), then one every :data:`PROGRESS_EVERY_S` seconds: the model, the shapes, the recovery
@@ -22,6 +29,8 @@ recovery ladder (:mod:`onnxwrapper.backends.qnn.recovery._recovery`) takes over.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import os
 import pickle
@@ -33,13 +42,16 @@ from typing import Any, Callable
 from onnxwrapper.backends.qnn.compile._compile_errors import budget_error
 from onnxwrapper.kernel import shapes_note
 
-__all__ = ["DEFAULT_COMPILE_TIMEOUT_S", "PROGRESS_AFTER_S", "PROGRESS_EVERY_S", "CompileWatch",
-           "await_reply", "convert_seconds", "default_compile_memory_mb", "process_rss_mb"]
+__all__ = ["DEFAULT_COMPILE_TIMEOUT_S", "DEFAULT_TOTAL_BUDGET_S", "PROGRESS_AFTER_S", "PROGRESS_EVERY_S",
+           "CompileWatch", "await_reply", "compile_seconds", "convert_seconds", "default_compile_memory_mb",
+           "process_rss_mb", "total_budget"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
 #: default of the ``compile_timeout`` backend option (seconds)
 DEFAULT_COMPILE_TIMEOUT_S = 300.0
+#: default of the ``compile_budget`` backend option: all compiles of one model's recovery ladder (seconds)
+DEFAULT_TOTAL_BUDGET_S = 600.0
 #: a compile running longer than this logs its first progress line (seconds)
 PROGRESS_AFTER_S = 10.0
 #: then one line every this many seconds
@@ -52,6 +64,40 @@ def convert_seconds(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError("expected a positive number of seconds")
     return float(value)
+
+
+_TOTAL: contextvars.ContextVar = contextvars.ContextVar("onnxwrapper_qnn_total_budget", default=None)
+
+
+@contextlib.contextmanager
+def total_budget(seconds: float | None, label: str, shapes=None):
+    """Bound the compiles made inside the ``with`` block (one model's recovery ladder) to ``seconds``
+    in all (``None``: unbounded). Nested blocks keep the outermost deadline."""
+    if seconds is None or _TOTAL.get() is not None:
+        yield
+        return
+    token = _TOTAL.set((time.monotonic() + float(seconds), float(seconds), label, dict(shapes) if shapes else None))
+    try:
+        yield
+    finally:
+        _TOTAL.reset(token)
+
+
+def compile_seconds(per_compile: float | None) -> float | None:
+    """The wall-time budget of the next compile: ``per_compile`` (``compile_timeout``), at most what
+    the model's total budget has left (:func:`total_budget`).
+
+    Raises:
+        CompileBudgetError: ``budget == "total"``: nothing of the total budget is left.
+    """
+    active = _TOTAL.get()
+    if active is None:
+        return per_compile
+    deadline, total, label, shapes = active
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise budget_error(label, shapes, seconds=total - left, peak_mb=None, which="total", limit=total)
+    return left if per_compile is None else min(per_compile, left)
 
 
 def default_compile_memory_mb() -> int:

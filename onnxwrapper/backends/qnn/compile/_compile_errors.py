@@ -49,7 +49,7 @@ from onnxwrapper.errors import BackendCompileError, CompileBudgetError, CompileF
 
 __all__ = ["FP32_UNSUPPORTED_OPS", "UNWRITABLE_MARKERS", "fp32_suspects", "compile_hint", "epcontext_unwritable",
            "qnn_error", "recoverable", "typed_failure", "budget_error", "context_memory_failure",
-           "context_load_error"]
+           "context_load_error", "remember_first_failure", "take_first_failure"]
 
 #: op types the simulator's fp32 mode cannot finalize (measured; see the module docstring)
 FP32_UNSUPPORTED_OPS = ("Gather", "LSTM", "GRU", "HardSigmoid")
@@ -139,7 +139,7 @@ def recoverable(exc: BaseException) -> bool:
     naming a QNN graph failure, ORT's ``Fail`` for a node the QNN EP's layout transform inserted
     and then did not take, or a compiler that died of ``std::bad_alloc``."""
     if isinstance(exc, CompileFailedError):
-        return True
+        return getattr(exc, "budget", None) != "total"  # past the model's total budget: no rung may try more
     if isinstance(exc, BackendCompileError):
         return "bad_alloc" in (exc.stderr or "")
     if type(exc).__name__ == "Fail" and _LAYOUT_FAILURE in str(exc):
@@ -175,8 +175,17 @@ def typed_failure(exc: BaseException, *, label: str, shapes=None, rung: str | No
 def budget_error(label: str, shapes, *, seconds: float, peak_mb, which: str, limit: float,
                  stderr: str = "") -> CompileBudgetError:
     """The :class:`~onnxwrapper.errors.CompileBudgetError` of a compile of ``label`` stopped after
-    ``seconds`` (``which``: ``"time"`` or ``"memory"``, ``limit`` in s or MiB)."""
+    ``seconds`` (``which``: ``"time"`` or ``"memory"``, ``limit`` in s or MiB; ``"total"``: the model's
+    compiles together went past ``limit`` seconds)."""
     where = f"{label}" + (f" [{', '.join(f'{k}={tuple(v)}' for k, v in shapes.items())}]" if shapes else "")
+    if which == "total":
+        return CompileBudgetError(
+            f"Compiling {where} for the QNN HTP went past its total budget ({limit:g} s for the compile and every "
+            f"step of the recovery ladder together; {seconds:.0f} s spent). Precompile it once, with a budget of "
+            f"your choice: `aipc capture -o cap SCRIPT` then `aipc compile --from-capture cap --compile-budget "
+            f"SECONDS`; or raise the backend option compile_budget (aipc --compile-budget).",
+            backend="qnn", model=label, shapes=dict(shapes) if shapes else None, seconds=seconds, peak_mb=peak_mb,
+            budget="total", error_name="budget:total", stderr=stderr)
     unit = "s" if which == "time" else "MiB"
     option = "compile_timeout" if which == "time" else "compile_memory_mb"
     peak = f", {peak_mb:.0f} MiB resident" if peak_mb else ""
@@ -208,3 +217,19 @@ def context_load_error(exc: BaseException, label: str, live_mb: float) -> Contex
         f"loaded contexts of the session ({live_mb:.0f} MiB stay loaded by other sessions or are not released). "
         f"Lower the backend option context_memory_mb, close other sessions, or use smaller shapes.",
         backend="qnn", error_name=name, error_code=code, live_mb=live_mb)
+
+
+#: failures of a first compile made elsewhere (the worker's first compile of a plain model), by token
+_FIRST_FAILURES: dict = {}
+
+
+def remember_first_failure(token: tuple, exc: BaseException) -> None:
+    """Keep ``exc``, the failure of the compile of a model as given that was tried before the full open
+    path (``token``: the model path and the settings), so that the recovery ladder starts from it
+    instead of compiling the same graph again (:func:`take_first_failure`)."""
+    _FIRST_FAILURES[token] = exc
+
+
+def take_first_failure(token: tuple) -> BaseException | None:
+    """The failure :func:`remember_first_failure` kept for ``token`` (once), or ``None``."""
+    return _FIRST_FAILURES.pop(token, None)

@@ -18,6 +18,13 @@ __all__ = ["warm_qnn_backend"]
 _warm: list = []
 _lock = threading.Lock()
 
+#: ``y = Relu(x)``, ``x``/``y`` float[1, 4], opset 17, IR 9: the serialized ONNX model of
+#: ``onnx.helper.make_model(make_graph([make_node("Relu", ["x"], ["y"])], "warm", …))`` — kept as bytes so
+#: that warming a process does not import onnx (0.2 s) where nothing else needs it
+_RELU_MODEL = (b'\x08\t\x12\x0bonnxwrapper:>\n\x0c\n\x01x\x12\x01y"\x04Relu\x12\x04warmZ\x13\n\x01x\x12\x0e\n\x0c\x08\x01'
+               b'\x12\x08\n\x02\x08\x01\n\x02\x08\x04b\x13\n\x01y\x12\x0e\n\x0c\x08\x01\x12\x08\n\x02\x08\x01\n\x02\x08\x04B\x04'
+               b'\n\x00\x10\x11')
+
 
 def warm_qnn_backend(ep_options: Mapping[str, str]) -> bool:
     """Create, once per process, the tiny QNN session of the module docstring with ``ep_options``
@@ -30,18 +37,11 @@ def warm_qnn_backend(ep_options: Mapping[str, str]) -> bool:
             from onnxwrapper.backends.qnn.platform import ensure_registered
 
             devices = ensure_registered()  # first: the registration alone is ≈ 0.15 s, and every session needs it
-            import onnx
-            from onnx import helper
-
             from onnxwrapper.backends.qnn.compile._compile import build_session_options, create_qnn_session
 
-            graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "warm",
-                                      [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
-                                      [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
-            model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
             so = build_session_options(None, ep_options, devices)
             so.log_severity_level = 3
-            _warm.append(create_qnn_session(model.SerializeToString(), so))
+            _warm.append(create_qnn_session(_RELU_MODEL, so))
         except Exception:  # noqa: BLE001 - only a speed-up
             _warm.append(None)
         return _warm[0] is not None

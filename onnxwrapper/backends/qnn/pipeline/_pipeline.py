@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from onnxwrapper.backends.qnn.compile import (cached_compile, compile_cache_key, compile_hint,
+from onnxwrapper.backends.qnn.compile import (cached_compile, compile_cache_key, compile_hint, compile_seconds,
                                               default_compile_memory_mb, metadata_model, recoverable, session_record,
                                               typed_failure)
 from onnxwrapper.backends.qnn.model import model_key
@@ -74,14 +74,16 @@ def compile_request(setup: QnnSetup, proto, model_input, out_dir: str, *, record
         record: the provenance record to stamp (:func:`~onnxwrapper.backends.qnn.compile._provenance.make_record`).
         shapes: the specialization shapes (for error messages). kind: ``"epcontext"`` or ``"dlc"``.
         rung: the recovery rung of this compile (progress lines). The budget is the settings'
-            ``compile_timeout`` / ``compile_memory_mb`` (default: half the physical memory).
+            ``compile_timeout`` (at most what the model's total ``compile_budget`` has left:
+            :func:`~onnxwrapper.backends.qnn.compile.compile_seconds`, which raises when nothing is) /
+            ``compile_memory_mb`` (default: half the physical memory).
     """
     data = model_input() if callable(model_input) else model_input
     settings = setup.settings
     return CompileRequest(data, out_dir, dict(settings.ep_options), session_options_state(setup.user_so),
                           metadata_model(proto).SerializeToString(), setup.source.directory, ctx_name,
                           dict(setup.kwargs), note, setup.label, dict(shapes) if shapes else None,
-                          dict(record) if record else None, kind, settings.compile_timeout,
+                          dict(record) if record else None, kind, compile_seconds(settings.compile_timeout),
                           settings.compile_memory_mb or default_compile_memory_mb(), rung)
 
 

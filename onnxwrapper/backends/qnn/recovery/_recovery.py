@@ -50,14 +50,16 @@ from typing import Any, Mapping
 import numpy as np
 import onnx
 
-from onnxwrapper.backends.qnn.compile import CompileMemo, qnn_error, recoverable, typed_failure
+from onnxwrapper.backends.qnn.artifacts import first_failure_token
+from onnxwrapper.backends.qnn.compile import (CompileMemo, qnn_error, recoverable, take_first_failure, total_budget,
+                                              typed_failure)
 from onnxwrapper.backends.qnn.model import VTCM_BUDGET_MB
 from onnxwrapper.backends.qnn.pipeline import Compiled, EpContextFromOnnx
 from onnxwrapper.backends.qnn.recovery._batch_proof import BatchPlan, batch_plan
 from onnxwrapper.backends.qnn.recovery._batch_split import chunk_sizes, rebatch
 from onnxwrapper.backends.qnn.recovery._graph_split import GraphSplit, SplitRange
 from onnxwrapper.backends.qnn.settings import QnnSettings, QnnSetup
-from onnxwrapper.errors import PartitionError
+from onnxwrapper.errors import CompileBudgetError, PartitionError
 from onnxwrapper.kernel import PartitionReport, make_key
 
 __all__ = ["RecoveringCompile", "batch_split_of", "largest_tensor", "option_candidates", "recovering_step"]
@@ -177,17 +179,23 @@ class RecoveringCompile:
         return step(model_input, proto, shapes, note)
 
     def __call__(self, model_input, proto, shapes=None, note: str = "", values=None) -> Compiled:
-        """Compile as given; on a recoverable failure, the ladder (module docstring).
+        """Compile as given; on a recoverable failure, the ladder (module docstring); all of it within
+        the model's total ``compile_budget`` (:func:`~onnxwrapper.backends.qnn.compile.total_budget`).
 
         Raises:
+            CompileBudgetError: ``budget == "total"``: the compiles together went past ``compile_budget``.
             CompileFailedError: strict mode and only the CPU rung is left (or the ladder found
                 nothing, which cannot happen outside strict mode). PartitionError: no part of the
                 model compiled (every node would run on the CPU). The inner step's other errors.
         """
+        label = note or self.setup.label  # what messages name (compile_model's note is empty for a static model)
+        with total_budget(self.setup.settings.compile_budget, label, shapes):
+            return self._recovering(model_input, proto, shapes, note, values, label)
+
+    def _recovering(self, model_input, proto, shapes, note, values, label) -> Compiled:
         key = self.store.key(shapes, [], values)
         memo = CompileMemo(self.store.cache, {"qnn-recovery": key}, "recovery", unless_entry=key)
         known = memo.known()
-        label = note or self.setup.label  # what messages name (compile_model's note is empty for a static model)
         if isinstance(known, dict) and known.get("rung") and not (known["rung"] == "batch split"
                                                                   and self.no_batch_split):
             try:
@@ -198,8 +206,16 @@ class RecoveringCompile:
                 _log.info("onnxwrapper qnn: the recorded recovery of %s failed (%s); trying the ladder again",
                           label, _error_text(exc))
         start = time.perf_counter()
+        source = self.setup.source
+        earlier = (take_first_failure(first_failure_token(source.path, self.setup.settings))
+                   if source.path is not None and not shapes and not values else None)
         try:
-            return self._step(self.inner, model_input, proto, shapes, note, values)
+            if isinstance(earlier, CompileBudgetError) and earlier.budget == "total":
+                raise earlier
+            if earlier is not None:  # the worker's first compile of this very graph failed: no second try
+                first = earlier
+            else:
+                return self._step(self.inner, model_input, proto, shapes, note, values)
         except Exception as exc:  # noqa: BLE001 - only recoverable failures enter the ladder
             if not recoverable(exc):
                 raise

@@ -34,8 +34,8 @@ from onnxwrapper.backends.base import BackendSession, OrtSessionArgs, SessionDes
 from onnxwrapper.backends.qnn.compile import CompileMemo
 from onnxwrapper.backends.qnn.platform import EP_NAME
 from onnxwrapper.backends.qnn.session._partition_check import warn_once
-from onnxwrapper.errors import CompileFailedError, PartitionError
-from onnxwrapper.kernel import PartitionReport
+from onnxwrapper.errors import CompileBudgetError, CompileFailedError, PartitionError
+from onnxwrapper.kernel import NodeAssignment, PartitionReport
 
 __all__ = ["CPU_EP", "QnnCpuSession", "compile_or_verdict", "model_verdict", "no_node_policy", "ort_providers",
            "ort_provider_options", "remember_verdict"]
@@ -100,6 +100,10 @@ def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_ke
             f"strict=True but the QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}): "
             f"{report.summary()}. Without strict=True the session runs on ORT's CPU execution provider, as "
             f"onnxruntime with the QNN EP does.", backend="qnn", cpu_nodes=report.cpu_nodes, report=report)
+    if report.recovery and report.recovery[-1].get("rung") == "compile budget":
+        warn_once(warn_key, f"{report.recovery[-1].get('detail')} It runs on ORT's CPU execution provider for the rest "
+                            f"of this run.")
+        return
     why = f" ({report.recovery_summary()})" if report.recovery else ""
     message = (f"The QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}){why}; it runs "
                f"on ORT's CPU execution provider, as onnxruntime with the QNN EP does. "
@@ -144,7 +148,15 @@ def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, sh
     """Compile with ``compile_epcontext`` (an ``EpContextFromOnnx`` over ``store``, a ``CacheStore``):
     ``(Compiled, None)``, or ``(None, report)`` when the QNN EP takes no node (remembered in the
     cache with a :class:`~onnxwrapper.backends.qnn.compile.CompileMemo`, so the next session does
-    not try again). ``values``: the specialization's bound control-input values, or ``None``."""
+    not try again). ``values``: the specialization's bound control-input values, or ``None``. A compile
+    past the model's total ``compile_budget`` (outside ``strict``) gives ``(None, report)`` too: every
+    node on the CPU for the rest of this run (not remembered in the cache: a precompile may fix it).
+
+    Raises:
+        CompileBudgetError: the total budget ran out under ``strict``. What the compile raises otherwise."""
+    over = _OVER_BUDGET.get((store.model_hash, store.setup.settings.describe()))
+    if over is not None:  # another compile of this model went past its total budget in this run
+        return None, over
     key = store.key(shapes, [], values)
     memo = CompileMemo(store.cache, {"qnn-took-no-node": key, "patches": repr(patches)}, "partition",
                        unless_entry=key)
@@ -160,3 +172,21 @@ def compile_or_verdict(compile_epcontext, store, patches, model_input, proto, sh
             raise
         memo.remember(exc.report.to_dict())
         return None, exc.report
+    except CompileBudgetError as exc:
+        if exc.budget != "total" or store.setup.settings.strict:
+            raise
+        report = _all_on_cpu(proto, note, {"rung": "compile budget", "result": "failed", "error": "budget:total",
+                                           "detail": str(exc), "seconds": round(exc.seconds, 1)})
+        _OVER_BUDGET[(store.model_hash, store.setup.settings.describe())] = report
+        return None, report
+
+
+#: (model, settings) → the all-CPU report of a model whose compiles went past the total budget in this run
+_OVER_BUDGET: dict[tuple, PartitionReport] = {}
+
+
+def _all_on_cpu(proto, note: str, step: Mapping[str, Any]) -> PartitionReport:
+    """Every node of ``proto`` on ORT's CPU EP, with ``step`` as the report's recovery."""
+    nodes = tuple(NodeAssignment(n.name, n.op_type, n.domain, CPU_EP, 0, "the compile budget ran out")
+                  for n in proto.graph.node if not (n.op_type == "Constant" and not n.input))
+    return PartitionReport(EP_NAME, nodes, (CPU_EP,), "compile", note).with_recovery([step])

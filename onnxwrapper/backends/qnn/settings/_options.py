@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from onnxwrapper.backends._artifact_files import companion_option
 from onnxwrapper.backends.base import OptionSpec, did_you_mean
-from onnxwrapper.backends.qnn.compile import DEFAULT_COMPILE_TIMEOUT_S, convert_seconds
+from onnxwrapper.backends.qnn.compile import DEFAULT_COMPILE_TIMEOUT_S, DEFAULT_TOTAL_BUDGET_S, convert_seconds
 from onnxwrapper.backends.qnn.model import DEFAULT_MAX_FEED_MB
 from onnxwrapper.backends.qnn.platform import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
@@ -205,6 +205,9 @@ _DOCS = {
     "compile_timeout": f"Wall-time budget of one QNN compile (seconds, default {DEFAULT_COMPILE_TIMEOUT_S:g}): a compile "
                        f"past it is stopped and the recovery ladder takes over (options, batch split, graph split, "
                        f"CPU); past 10 s a compile logs progress (aipc --compile-timeout).",
+    "compile_budget": "Wall-time budget of all compiles of one model's recovery ladder together (seconds, default "
+                      "600): past it the model runs on ORT's CPU for the rest of the run, with one line saying so "
+                      "and how to precompile it; strict=True raises CompileBudgetError (aipc --compile-budget).",
     "compile_memory_mb": "Memory budget of one QNN compile (MiB of the compiler process; default half the physical "
                          "memory): past it the compile is stopped and the recovery ladder takes over "
                          "(aipc --compile-memory-mb).",
@@ -232,5 +235,6 @@ OPTIONS = {name: OptionSpec(name, _DOCS[name], default, convert) for name, defau
     ("max_feed_mb", DEFAULT_MAX_FEED_MB, convert_positive_int),
     ("compile_timeout", DEFAULT_COMPILE_TIMEOUT_S, convert_seconds),
     ("compile_memory_mb", None, convert_positive_int),
+    ("compile_budget", DEFAULT_TOTAL_BUDGET_S, convert_seconds),
     ("context_memory_mb", None, convert_positive_int),
 )}

@@ -87,6 +87,7 @@ class QnnSettings(_Record):
             (:mod:`onnxwrapper.backends.qnn.model._feed_limits`).
         compile_timeout / compile_memory_mb: the budget of one compile (seconds, MiB;
             :mod:`onnxwrapper.backends.qnn.compile._budget`); ``None``: unbounded.
+        compile_budget: seconds all compiles of one model's recovery ladder may take together.
         context_memory_mb: MiB of compiled contexts a session keeps loaded
             (:mod:`onnxwrapper.backends.qnn.session._context_budget`).
         device: on a real NPU whose SoC is not known (no ``soc_model`` passed: QNN compiles for
@@ -98,7 +99,8 @@ class QnnSettings(_Record):
 
     __slots__ = ("target", "soc_model", "htp_arch", "precision", "ep_options", "strict", "cache_dir",
                  "max_specializations", "real_npu", "patches", "graph", "companion", "max_feed_mb",
-                 "compile_timeout", "compile_memory_mb", "context_memory_mb", "device", "device_vtcm_mb")
+                 "compile_timeout", "compile_memory_mb", "context_memory_mb", "device", "device_vtcm_mb",
+                 "compile_budget")
 
     target: str | None
     soc_model: int | None
@@ -118,6 +120,7 @@ class QnnSettings(_Record):
     context_memory_mb: float | None
     device: str | None
     device_vtcm_mb: int | None
+    compile_budget: float | None
 
     def __init__(self, target: str | None, soc_model: int | None, htp_arch: int | None, precision: str,
                  ep_options: Mapping[str, str] | None = None, strict: bool = False, cache_dir: str | None = None,
@@ -125,10 +128,11 @@ class QnnSettings(_Record):
                  graph: int | str | None = None, companion: str | bool | None = None,
                  max_feed_mb: int = 1024, compile_timeout: float | None = None,
                  compile_memory_mb: float | None = None, context_memory_mb: float | None = None,
-                 device: str | None = None, device_vtcm_mb: int | None = None) -> None:
+                 device: str | None = None, device_vtcm_mb: int | None = None,
+                 compile_budget: float | None = None) -> None:
         values = (target, soc_model, htp_arch, precision, {} if ep_options is None else ep_options, strict,
                   cache_dir, max_specializations, real_npu, patches, graph, companion, max_feed_mb,
-                  compile_timeout, compile_memory_mb, context_memory_mb, device, device_vtcm_mb)
+                  compile_timeout, compile_memory_mb, context_memory_mb, device, device_vtcm_mb, compile_budget)
         for name, value in zip(self.__slots__, values):
             object.__setattr__(self, name, value)
 
@@ -279,7 +283,8 @@ def resolve_settings(config: Mapping[str, Any], raw: Mapping[str, Any], *, real_
                        companion=config.get("onnx"), max_feed_mb=int(config.get("max_feed_mb") or 1024),
                        compile_timeout=config.get("compile_timeout"), compile_memory_mb=config.get("compile_memory_mb"),
                        context_memory_mb=config.get("context_memory_mb"), device=device,
-                       device_vtcm_mb=device_soc.vtcm_mb if real_npu and device_soc is not None else None)
+                       device_vtcm_mb=device_soc.vtcm_mb if real_npu and device_soc is not None else None,
+                       compile_budget=config.get("compile_budget"))
 
 
 class QnnSetup(_Record):

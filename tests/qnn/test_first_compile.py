@@ -1,6 +1,7 @@
-"""The compile server: one warm worker per user and installation, shared by processes, private, bounded.
+"""The first compile of a process: the compile server (one warm worker per user and installation, shared
+by processes, private, bounded) and a plain model's first compile done where it is parsed.
 
-Each test gives the server a folder of its own (``ONNXWRAPPER_COMPILE_SERVER_DIR``) and a short idle
+Each server test gives the server a folder of its own (``ONNXWRAPPER_COMPILE_SERVER_DIR``) and a short idle
 time, so no server outlives the test run. Jobs are module-level functions of the standard library
 (``time.sleep``, ``os.write``): the protocol under test is the server's, not a compile's."""
 
@@ -118,3 +119,52 @@ def test_what_a_request_writes_to_stderr_reaches_the_requesters_stderr(server_di
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert "from the job" in done.stderr
+
+
+_NO_ONNX = """
+import sys, onnxwrapper
+s = onnxwrapper.InferenceSession(sys.argv[1], backend="qnn")
+print(s.backend_session.artifacts[0].origin, s.get_partition().source, "onnx" in sys.modules)
+"""
+
+
+def test_a_plain_models_first_compile_parses_it_in_the_worker_only(tmp_path):
+    """The user's process neither imports onnx nor parses the model: the worker parses, records the
+    model's facts and compiles; the process opens the result as a hit, reported as compiled now."""
+    from tests import models
+    from tests.conftest import run_python
+
+    path = tmp_path / "m.onnx"
+    path.write_bytes(models.smallconv(batch=1, seed=81))
+    env = {"ONNXWRAPPER_CACHE_DIR": str(tmp_path / "cache")}
+    first, again = run_python(_NO_ONNX, str(path), env=env), run_python(_NO_ONNX, str(path), env=env)
+    assert first.stdout.split() == ["compiled", "compile", "False"], first.stderr[-2000:]
+    assert again.stdout.split() == ["cache", "cache", "False"], again.stderr[-2000:]
+
+
+def test_a_first_compile_that_fails_is_where_the_ladder_starts_not_compiled_twice(tmp_path, monkeypatch):
+    """fp32 GELU fails to finalize on the simulator: the worker's first compile fails, and the recovery
+    ladder of the full path starts from that failure — no second compile of the whole model."""
+    import numpy as np
+    import onnxruntime
+
+    import onnxwrapper
+    from onnxwrapper.backends.qnn.workers._workers import WorkerPool
+    from tests import recovery_models as rm
+
+    path = tmp_path / "gelu.onnx"
+    path.write_bytes(rm.gelu_net(batch=1))
+    whole = []
+    real = WorkerPool.run
+
+    def counting(self, request):
+        if request.kind == "epcontext" and isinstance(request.model, str):
+            whole.append(request.model)
+        return real(self, request)
+    monkeypatch.setattr(WorkerPool, "run", counting)
+    session = onnxwrapper.InferenceSession(str(path), backend="qnn",
+                                           backend_options={"precision": "fp32", "cache_dir": str(tmp_path / "c")})
+    x = np.random.default_rng(0).standard_normal((1, 4, 64)).astype(np.float32)
+    ref = onnxruntime.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], ref, atol=1e-4)
+    assert whole == [] and session.get_partition().recovery[0]["rung"] == "as given"
