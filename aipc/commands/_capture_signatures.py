@@ -55,8 +55,9 @@ class ModelPlan:
         key: the capture's model key (``<stem>-<sha256[:12]>``). name: the file's base name.
         source: the model file to compile (the path sessions open, or the capture's stored copy),
             or ``None`` when unusable (see ``error``). size_bytes: its size.
-        signatures: entries for :func:`~onnxwrapper.backends.qnn.precompile` (``{input: shape}``
-            for the dynamic inputs, or the recorded feed when the model has control flow).
+        signatures: entries for :func:`~onnxwrapper.backends.qnn.precompile`: the recorded feed of the
+            first call of each signature, in order of first use (its values certify shape buckets and
+            bind control inputs, as the session does with the same calls).
         calls: recorded calls of the model. notes: facts the summary shows.
         error: ``"<Reason>: <message>"`` when the model cannot be precompiled, else ``None``.
     """
@@ -122,13 +123,16 @@ def _signatures(calls: list, dynamic: list[str], control: list[str], plan: Model
         if not shapes:
             unknown += 1
             continue
-        feed = call.inputs() if control else None
-        values = tuple(repr(feed[n].reshape(-1)[0].item()) for n in control if n in feed) if feed else ()
-        key = (tuple((n, shapes.get(n)) for n in dynamic), values)
+        key = (tuple((n, shapes.get(n)) for n in dynamic),)
+        if not control and key in seen:
+            continue
+        feed = call.inputs()  # the call's own inputs: certify shape buckets, bind control values
+        values = tuple(repr(feed[n].reshape(-1)[0].item()) for n in control if n in feed)
+        key = key + (values,)
         if key in seen:
             continue
         seen[key] = None
-        plan.signatures.append(feed if control else {n: shapes[n] for n in dynamic if n in shapes})
+        plan.signatures.append(feed)
     if unknown:
         plan.notes.append(f"{unknown} call(s) without recorded inputs (run_with_iobinding): their shapes are "
                           f"unknown and were not precompiled")

@@ -139,10 +139,10 @@ def _reason(exc: BaseException) -> str:
 
 def _compile_model(plan: ModelPlan, options: dict, pool, progress: _Progress) -> list[dict]:
 
-    def row(shapes, values, origin, seconds=0.0, key=None, reason=None, partition=None) -> dict:
+    def row(shapes, values, origin, seconds=0.0, key=None, reason=None, partition=None, bucket=None) -> dict:
         return {"shapes": {k: list(v) for k, v in (shapes or {}).items()}, "values": dict(values or {}),
                 "origin": origin, "seconds": round(float(seconds), 3), "key": key, "reason": reason,
-                "partition": partition}
+                "partition": partition, "bucket": {k: list(v) for k, v in bucket.items()} if bucket else None}
 
     try:
         results = precompile(plan.source, plan.signatures, options, pool=pool,
@@ -160,7 +160,7 @@ def _compile_model(plan: ModelPlan, options: dict, pool, progress: _Progress) ->
             rows.append(row(shapes, None, "failed", reason=_reason(result)))
         else:
             rows.append(row(result.shapes, result.values, result.origin, result.seconds, result.key,
-                            partition=result.partition.summary()))
+                            partition=result.partition.summary(), bucket=result.bucket))
     return rows
 
 
@@ -183,6 +183,9 @@ def _run(plans: list[ModelPlan], options: dict, jobs: int, show_progress: bool) 
 def _shapes_text(row: dict) -> str:
     parts = [f"{k}={'x'.join(str(d) for d in v)}" for k, v in row["shapes"].items()]
     parts += [f"{k}={v}" for k, v in row["values"].items()]
+    bucket = row.get("bucket")
+    if bucket:  # a shape bucket serves it: the compiled size
+        parts.append("bucket " + ", ".join(f"{k}={'x'.join(str(d) for d in v)}" for k, v in bucket.items()))
     return ", ".join(parts) or "(static)"
 
 

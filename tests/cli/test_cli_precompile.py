@@ -196,3 +196,45 @@ def test_default_jobs_is_bounded_by_cpus_memory_and_the_work(monkeypatch):
     assert default_jobs(18) == 1
     monkeypatch.setattr(_precompile, "available_memory", lambda: 2 ** 40)
     assert default_jobs(18, model_bytes=23_000_000) == min(len(os.sched_getaffinity(0)), 8)
+
+
+DECODER_SCRIPT = """\
+import sys
+import numpy as np
+import onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1])
+enc = np.random.default_rng(7).standard_normal((1, 6, 16)).astype(np.float32)
+tokens = [1]
+for _ in range(int(sys.argv[2])):
+    logits = session.run(None, {"input_ids": np.array([tokens], np.int64), "encoder_hidden_states": enc})[0]
+    tokens.append(int(logits[0, -1].argmax()))
+artifacts = getattr(getattr(session, "backend_session", None), "artifacts", [])
+print("tokens", tokens, "compiled", sum(a.origin == "compiled" for a in artifacts))
+"""
+
+
+@pytest.mark.qnn
+@pytest.mark.slow
+@skip_without_qnn
+def test_a_generative_apps_buckets_are_precompiled_so_its_next_run_compiles_nothing(tmp_path):
+    """A CPU capture of a decoder loop (lengths 1..10) precompiles the sizes its shape buckets need
+    (1, 2, 4, 8, 16: certified on the CPU with the captured feeds), not one per length; the app's
+    NPU run then compiles nothing and gives the CPU's tokens."""
+    from tests import decoder_models
+
+    (tmp_path / "app.py").write_text(DECODER_SCRIPT)
+    (tmp_path / "decoder.onnx").write_bytes(decoder_models.prefix_decoder().SerializeToString())
+    run = [tmp_path / "app.py", tmp_path / "decoder.onnx", 10]
+    cpu = aipc("capture", "-o", tmp_path / "cap", *run)
+    assert cpu.returncode == 0, cpu.stderr
+    cache = tmp_path / "cache"
+    proc = aipc("compile", "--from-capture", tmp_path / "cap", "--cache-dir", cache, "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    rows = summary["models"][0]["rows"]
+    assert summary["counts"]["compiled"] == 5 and len(rows) == 10
+    assert [r["bucket"]["input_ids"][1] if r["bucket"] else None for r in rows] == \
+        [None, None, 4, None, 8, 8, 8, None, 16, 16]
+    npu = aipc("--backend", "qnn", "--cache-dir", cache, *run)
+    assert npu.returncode == 0, npu.stderr
+    assert "compiled 0" in npu.stdout and npu.stdout.split("compiled")[0] == cpu.stdout.split("compiled")[0]

@@ -12,22 +12,26 @@ memo, provenance records), same keys.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+import onnxruntime
 
 from onnxwrapper.backends.base import SessionRequest
 from onnxwrapper.backends.qnn._backend import QnnBackend, request_ep_options
 from onnxwrapper.backends.qnn.artifacts import model_label
-from onnxwrapper.backends.qnn.model import (Signature, check_feed_cost, control_inputs, model_key, signature_of,
-                                            specialize_for_qnn)
+from onnxwrapper.backends.qnn.model import (DimGroups, Signature, check_feed_cost, control_inputs, model_key,
+                                            signature_of, specialize_for_qnn)
 from onnxwrapper.backends.qnn.pipeline import CacheStore
 from onnxwrapper.backends.qnn.recovery import recovering_step
+from onnxwrapper.backends.qnn.session import BucketRouter
 from onnxwrapper.backends.qnn.settings import qnn_setup
 from onnxwrapper.backends.qnn.workers import WorkerPool
 from onnxwrapper.errors import BackendOptionError, BackendUnavailableError
-from onnxwrapper.kernel import ModelSource, available_memory, cpu_count, dynamic_inputs, fix_free_dimensions, input_dims
+from onnxwrapper.kernel import (ArtifactCache, ModelSource, available_memory, cpu_count, dynamic_inputs,
+                                fix_free_dimensions, input_dims)
 
 __all__ = ["PrecompileResult", "default_jobs", "precompile", "WORKER_BASE_MIB", "MAX_DEFAULT_JOBS"]
 
@@ -47,8 +51,11 @@ class PrecompileResult:
 
     Attributes:
         shapes: shapes of the dynamic inputs. values: control-input values.
-        origin: ``"compiled"`` (now) or ``"cache"`` (it was there). seconds: compile time (s).
+        origin: ``"compiled"`` (now) or ``"cache"`` (it was there, or an earlier signature of this call
+            compiled the same shape bucket). seconds: compile time (s).
         key: the cache key. partition: the :class:`~onnxwrapper.kernel.PartitionReport`.
+        bucket: the padded shapes the signature runs at (a certified shape bucket, as a session of
+            the model would use for the same calls), or ``None`` when it runs at its own shapes.
     """
 
     shapes: Mapping[str, tuple]
@@ -57,6 +64,7 @@ class PrecompileResult:
     seconds: float
     key: str | None
     partition: Any
+    bucket: Mapping[str, tuple] | None = None
 
 
 def _shape(value) -> tuple:
@@ -105,15 +113,20 @@ def precompile(model, signatures: Sequence[Mapping[str, Any]], backend_options: 
         signatures: one entry per specialization: a feed (``{input: array}``, e.g. a captured one) or
             ``{input: shape}`` for every dynamic input, plus ``{control input: value}`` for control
             inputs. Inputs with static dims may be left out. A static model without control inputs
-            has one specialization (pass ``[{}]``).
+            has one specialization (pass ``[{}]``). Feeds given in the order an app makes its calls
+            are routed into shape buckets as a session routes them (the ``shape_buckets`` option:
+            growing dims padded into certified compiled sizes, certified on ORT's CPU with these very
+            feeds), so that the app's run finds every size it needs; entries of shapes only are
+            compiled at their shapes.
         backend_options / sess_options: as for the sessions that will use the cache (they are part
             of the cache key).
         jobs: compile worker processes used at once (≥ 1; each ≈ 180 MiB, more while it compiles a
             large model: ≈ 600 MiB peak measured for a 23 MB int8 MiniLM); ignored with ``pool``.
         pool: a :class:`~onnxwrapper.backends.qnn.WorkerPool` to compile on (shared by several
             models compiled at once; left running), instead of a pool of ``jobs`` of its own.
-        on_result: called as ``on_result(index, result)`` when a signature is done (from a worker
-            thread, in completion order), e.g. to advance a progress bar; its exceptions propagate.
+        on_result: called as ``on_result(index, result)`` for each signature, in order, as soon as its
+            compile (and every one before it) is done, e.g. to advance a progress bar; its exceptions
+            propagate.
 
     Returns:
         One entry per signature, in order: a :class:`PrecompileResult`, or the exception that
@@ -157,12 +170,6 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
     # the recovery ladder as in a session: what it takes is remembered in the cache the sessions read
     compile_epcontext = recovering_step(CacheStore(setup, original, model_key(source, sess_options), pool=pool))
 
-    def one(index: int, entry: Mapping[str, Any]):
-        result = compiled_one(entry)
-        if on_result is not None:
-            on_result(index, result)
-        return result
-
     def compiled_one(entry: Mapping[str, Any]):
         try:
             feed = {k: v for k, v in entry.items() if isinstance(v, np.ndarray)}
@@ -179,9 +186,60 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
         except Exception as exc:  # noqa: BLE001 - returned per signature
             return exc
 
+    routed, buckets = _routed(signatures, proto, dynamic, control, config, setup, model, sess_options)
+    unique: dict[Any, int] = {}  # run signature → index of its first entry
+    for index, entry in enumerate(routed):
+        unique.setdefault(_signature_key(entry, control), index)
+    firsts = sorted(set(unique.values()), key=lambda i: -_elements(routed[i]))
     # largest signatures first (longest compiles first: the last compiles, running alone, are short)
-    order = sorted(range(len(signatures)), key=lambda i: -_elements(signatures[i]))
     with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
                                                thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
-        futures = {i: executor.submit(one, i, signatures[i]) for i in order}
-        return [futures[i].result() for i in range(len(signatures))]
+        futures = {i: executor.submit(compiled_one, routed[i]) for i in firsts}
+        results = []
+        for index, entry in enumerate(routed):
+            first = unique[_signature_key(entry, control)]
+            result = futures[first].result()
+            if isinstance(result, PrecompileResult):
+                own = {k: _shape(v) for k, v in signatures[index].items() if k in dynamic}
+                result = dataclasses.replace(result, shapes=own or result.shapes, bucket=buckets[index],
+                                             origin=result.origin if index == first else "cache")
+            if on_result is not None:
+                on_result(index, result)
+            results.append(result)
+        return results
+
+
+def _signature_key(entry: Mapping[str, Any], control) -> tuple:
+    return (tuple(sorted((k, _shape(v)) for k, v in entry.items() if k not in control)),
+            tuple(sorted((k, repr(np.asarray(v).reshape(-1)[0].item())) for k, v in entry.items() if k in control)))
+
+
+def _routed(signatures, proto, dynamic, control, config, setup, model, sess_options):
+    """The entries as a session routes the same calls: feeds of growing dims padded into their certified
+    shape buckets (:class:`~onnxwrapper.backends.qnn.session.BucketRouter`, rules and certificates kept
+    in the compile cache for the app's run); and per entry the bucket's shapes, or ``None``."""
+    feeds = [e for e in signatures if dynamic and all(isinstance(e.get(n), np.ndarray) for n in dynamic)]
+    if not feeds or not config.get("shape_buckets", True):
+        return list(signatures), [None] * len(signatures)
+    router = BucketRouter(DimGroups.of(proto, dynamic_inputs(proto)), cache=ArtifactCache(setup.settings.cache_dir),
+                          model_hash=model_key(setup.source, sess_options), strict=setup.settings.strict,
+                          label=setup.label)
+    cpu: list = []
+
+    def cpu_session():
+        if not cpu:
+            cpu.append(onnxruntime.InferenceSession(model, sess_options, providers=["CPUExecutionProvider"]))
+        return cpu[0]
+
+    routed, buckets = [], []
+    for entry in signatures:
+        if not all(isinstance(entry.get(n), np.ndarray) for n in dynamic):
+            routed.append(entry), buckets.append(None)
+            continue
+        shapes = {n: entry[n].shape for n in dynamic}
+        padding = router.route(shapes, entry, cpu_session)
+        if padding is None:
+            routed.append(entry), buckets.append(None)
+        else:
+            routed.append(padding.pad_feed(entry)), buckets.append(padding.shapes(shapes))
+    return routed, buckets
