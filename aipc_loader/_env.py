@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 __all__ = [
     "ENV_BACKEND", "ENV_TARGET", "ENV_PRECISION", "ENV_STRICT", "ENV_CACHE_DIR", "ENV_VERBOSE",
-    "ENV_REPORT_PARTITION", "ENV_COMPILE_TIMEOUT", "ENV_COMPILE_MEMORY_MB", "ENV_COMPILE_BUDGET", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
+    "ENV_REPORT_PARTITION", "ENV_COMPILE_TIMEOUT", "ENV_COMPILE_MEMORY_MB", "ENV_COMPILE_BUDGET", "ENV_SHAPE_BUCKETS", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
     "EnvError", "ChildConfig", "parse_bool", "parse_positive", "parse_verbosity", "encode_child_config",
     "decode_child_config",
 ]
@@ -27,6 +27,7 @@ ENV_BACKEND = "AIPC_BACKEND"
 ENV_TARGET = "AIPC_TARGET"
 ENV_PRECISION = "AIPC_PRECISION"
 ENV_STRICT = "AIPC_STRICT"
+ENV_SHAPE_BUCKETS = "AIPC_SHAPE_BUCKETS"
 ENV_CACHE_DIR = "AIPC_CACHE_DIR"
 ENV_VERBOSE = "AIPC_VERBOSE"
 ENV_REPORT_PARTITION = "AIPC_REPORT_PARTITION"
@@ -46,6 +47,8 @@ USER_VARIABLES: tuple[tuple[str, str, str], ...] = (
     (ENV_TARGET, "--target", "device target passed as backend option 'target' (e.g. a SoC name)"),
     (ENV_PRECISION, "--precision", "backend option 'precision' (e.g. fp16, fp32)"),
     (ENV_STRICT, "--strict", "1/0: backend option 'strict' (any CPU-partitioned node is an error)"),
+    (ENV_SHAPE_BUCKETS, "--shape-buckets", "1/0: backend option 'shape_buckets' (growing dims padded into a few "
+                                           "compiled sizes, where certified exact)"),
     (ENV_CACHE_DIR, "--cache-dir", "backend option 'cache_dir' (compiled-artifact cache)"),
     (ENV_COMPILE_TIMEOUT, "--compile-timeout", "backend option 'compile_timeout' (seconds one compile may take)"),
     (ENV_COMPILE_MEMORY_MB, "--compile-memory-mb", "backend option 'compile_memory_mb' (MiB one compile may use)"),
@@ -57,6 +60,7 @@ USER_VARIABLES: tuple[tuple[str, str, str], ...] = (
 
 #: command-line/env settings that become backend options: attribute name -> backend option key.
 OPTION_KEYS: Mapping[str, str] = {"target": "target", "precision": "precision", "strict": "strict",
+                                  "shape_buckets": "shape_buckets",
                                   "cache_dir": "cache_dir", "compile_timeout": "compile_timeout",
                                   "compile_memory_mb": "compile_memory_mb", "compile_budget": "compile_budget"}
 

@@ -60,6 +60,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                        help=f"backend option 'precision' (qnn: fp16, fp32) [{_env.ENV_PRECISION}]")
     group.add_argument("--strict", action=argparse.BooleanOptionalAction, default=None,
                        help=f"backend option 'strict': a node left on the CPU is an error [{_env.ENV_STRICT}]")
+    group.add_argument("--shape-buckets", action=argparse.BooleanOptionalAction, default=None,
+                       help=f"backend option 'shape_buckets' (qnn, default on): a dim that grows from call to call "
+                            f"runs padded into a few compiled sizes where ORT's CPU certifies it exact "
+                            f"[{_env.ENV_SHAPE_BUCKETS}]")
     group.add_argument("--cache-dir", metavar="DIR",
                        help=f"backend option 'cache_dir': compiled-artifact cache [{_env.ENV_CACHE_DIR}]")
     add_compile_budget(group)
@@ -155,6 +159,7 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
         settings = RunSettings(backend or _env.DEFAULT_BACKEND)
         for attr, var, parse in (("target", _env.ENV_TARGET, None), ("precision", _env.ENV_PRECISION, None),
                                  ("strict", _env.ENV_STRICT, _env.parse_bool),
+                                 ("shape_buckets", _env.ENV_SHAPE_BUCKETS, _env.parse_bool),
                                  ("cache_dir", _env.ENV_CACHE_DIR, None)) + _BUDGET:
             value, source = _pick(args, attr, var, parse, env)
             if value is None:
