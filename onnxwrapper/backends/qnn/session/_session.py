@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -205,8 +206,10 @@ class QnnDynamicSession(BackendSession):
         self._latest: PartitionReport | None = None
         self._lock = threading.RLock()
         self.user_so = user_so
-        #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release
-        self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names))
+        #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release;
+        #: they hold this session through a weak proxy (no reference cycle: freed with its last reference)
+        owner = weakref.proxy(self)
+        self.plans = RunPlans(lambda feed, names: plan_run(owner, feed, names))
 
     def describe(self) -> SessionDescription:
         """The metadata session (never run); run methods served here; feeds validated by the façade,
