@@ -48,6 +48,7 @@ def emulate_windows(monkeypatch, interpreter: str, native: int = ARM64) -> None:
 
 def emulate_linux(monkeypatch, machine: str) -> None:
     """Linux on ``machine`` (``aarch64``, ``x86_64``)."""
+    monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(platform, "system", lambda: "Linux")
     monkeypatch.setattr(platform, "machine", lambda: machine)
 
