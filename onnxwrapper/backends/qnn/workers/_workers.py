@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import threading
@@ -50,7 +49,7 @@ from typing import Any, Mapping, Sequence
 from onnxwrapper.backends.qnn.compile import UNWRITABLE_MARKERS, await_reply
 from onnxwrapper.backends.qnn.workers._worker_main import decode_error, execute
 from onnxwrapper.errors import BackendCompileError
-from onnxwrapper.kernel import shapes_note
+from onnxwrapper.kernel import crash_name, shapes_note
 
 __all__ = ["CompileRequest", "CompileWorker", "WorkerPool", "default_pool", "compile_many"]
 
@@ -211,12 +210,7 @@ class CompileWorker:
             code = proc.wait()
         if self._drain is not None:
             self._drain.join(5)
-        name = None
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
+        name = crash_name(code)  # a POSIX signal, or a Windows NTSTATUS such as ACCESS_VIOLATION (0xC0000005)
         tail = self._tail_text()
         shapes = dict(request.shapes) if request.shapes else None
         where = f"{request.label}" + (f" [{shapes_note(shapes)}]" if shapes else "")
