@@ -26,7 +26,8 @@ import os
 import sys
 
 from aipc._exit_codes import EXIT_USAGE, UsageError
-from aipc.args import ToleranceArgs, add_compile_budget, compile_budget, parse_backend_options, with_compile_budget
+from aipc.args import (ToleranceArgs, add_compile_budget, compile_budget, misplaced_script, parse_backend_options,
+                       with_compile_budget)
 from aipc.commands._progress import progress_bars
 from onnxwrapper.diff import (check, console_safe, default_directory, default_jobs, estimate_run_memory,
                               localize_failures, parse_backends, parse_size, report_paths, run)
@@ -158,7 +159,10 @@ def main(args: argparse.Namespace) -> int:
             elif command:
                 target, target_args, module = command[0], command[1:], False
             else:
-                raise _Usage("no script given (usage: aipc diff [options] script.py [args…] | -m module | --check DIR)")
+                raise _Usage(misplaced_script("--backends", args.backends, f"aipc diff --backends cpu,qnn "
+                                                                           f"{args.backends} [args…]")
+                             or "no script given (usage: aipc diff [options] script.py [args…] | -m module | "
+                                "--check DIR)")
             if args.max_calls_per_model is not None and args.max_calls_per_model < 1:
                 raise _Usage("--max-calls-per-model must be ≥ 1")
             if args.jobs is not None and args.jobs < 1:

@@ -1,0 +1,48 @@
+"""The newcomer mistakes of issue 34, each as a user makes it: one line naming what was typed, the
+documented exit status (aipc/_exit_codes.py), never a traceback."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from onnxwrapper.diff import parse_backends
+
+ROOT = pathlib.Path(__file__).parents[2]
+
+
+def aipc(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "aipc", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd or ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+
+
+def one_line_error(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+def test_backend_npu_suggests_qnn(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text("print('hi')\n")
+    proc = aipc("--backend", "npu", script)
+    assert proc.returncode == 64 and "Did you mean 'qnn'?" in one_line_error(proc)
+
+
+def test_a_script_given_as_the_backends_value_is_named(tmp_path):
+    script = tmp_path / "app.py"
+    script.write_text("print('hi')\n")
+    proc = aipc("diff", "--backends", script)
+    line = one_line_error(proc)
+    assert proc.returncode == 64 and "is a script, not a backend" in line and "--backends cpu,qnn" in line
+
+
+def test_run_labels_differing_only_in_case_are_refused():
+    with pytest.raises(ValueError, match="differ only in case"):
+        parse_backends("Q=cpu,q=cpu")
+    assert parse_backends("q16=cpu,q32=cpu") == {"q16": "cpu", "q32": "cpu"}
