@@ -124,14 +124,17 @@ def main(args: argparse.Namespace) -> int:
     if args.backend not in ("qnn", "cpu"):
         say(f"error: inspect predicts partitions for --backend qnn or cpu, not {args.backend!r}")
         return EXIT_USAGE
+    from google.protobuf.message import DecodeError
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
-
 
     try:
         result = inspect_model(args.model, backend=args.backend, backend_options=options, shapes=shapes, dims=dims,
                                probe=False if args.no_probe else None)
     except FileNotFoundError as exc:
         say(f"error: {exc}")
+        return EXIT_USAGE
+    except DecodeError as exc:  # protobuf cannot read it: as `aipc run MODEL` says it
+        say(f"error: {args.model}: not an ONNX model ({type(exc).__name__}: {exc})")
         return EXIT_USAGE
     except (ValueError, InvalidArgument) as exc:
         say(f"error: {exc}")

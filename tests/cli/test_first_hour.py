@@ -46,3 +46,26 @@ def test_run_labels_differing_only_in_case_are_refused():
     with pytest.raises(ValueError, match="differ only in case"):
         parse_backends("Q=cpu,q=cpu")
     assert parse_backends("q16=cpu,q32=cpu") == {"q16": "cpu", "q32": "cpu"}
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["compile", "-o", "{tmp}/out_ctx.onnx"], ["run"]])
+def test_a_file_that_is_not_onnx_is_one_line_and_exit_64(tmp_path, command):
+    bad = tmp_path / "notes.onnx"
+    bad.write_text("this is not a model\n")
+    args = [c.format(tmp=tmp_path) for c in command]
+    proc = aipc(*args[:1], bad, *args[1:], cwd=tmp_path)
+    line = one_line_error(proc)
+    assert proc.returncode == 64 and f"{bad}: not an ONNX model" in line
+    assert not (tmp_path / "out_ctx.onnx").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "diff", "capture"])
+def test_the_default_run_folders_are_git_ignored(command):
+    from onnxwrapper.diff import default_directory
+
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    name = os.path.basename(default_directory(command=command))
+    assert name.startswith(f"aipc-{command}-")
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", f"{name}/report.json"])
+    assert ignored.returncode == 0, f"{name}/ is not covered by .gitignore"
