@@ -55,6 +55,7 @@ import time
 from typing import Any
 
 import onnxwrapper
+from aipc import _console
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
 from aipc.args import add_compile_budget, compile_budget
 from aipc.commands._compile_recipe import apply_to_proto, compile_option, recipe_for_file
@@ -234,7 +235,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
-        print(format_summary(summary))
+        print(_console.clean(format_summary(summary)))  # model, node and file names from elsewhere
     return 0
 
 

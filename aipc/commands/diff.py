@@ -25,6 +25,7 @@ import argparse
 import os
 import sys
 
+from aipc import _console
 from aipc._exit_codes import EXIT_USAGE, UsageError
 from aipc.args import (ToleranceArgs, add_compile_budget, compile_budget, misplaced_script, parse_backend_options,
                        with_compile_budget)
@@ -209,7 +210,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         close_bars()
-    sys.stdout.write(result.table(color=sys.stdout.isatty()) + "\n")
+    sys.stdout.write(result.table(color=_console.use_color(sys.stdout)) + "\n")  # NO_COLOR, Windows VT mode
     default_json, default_html = report_paths(result.directory or os.getcwd(), check=bool(args.check))
     written = [os.path.abspath(result.write_json(args.json or default_json))]
     if not args.no_html:

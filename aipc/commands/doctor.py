@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 
+from aipc import _console
 from aipc._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from aipc_loader._report import say
 
@@ -59,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
     else:
-        sys.stdout.write(report.format_text() + "\n")
+        sys.stdout.write(_console.clean(report.format_text()) + "\n")  # device and path names from elsewhere
     if report.npu_usable:
         return EXIT_OK
     return EXIT_FAILED if report.mode == "npu" else EXIT_UNAVAILABLE
