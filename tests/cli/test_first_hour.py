@@ -69,3 +69,24 @@ def test_the_default_run_folders_are_git_ignored(command):
     assert name.startswith(f"aipc-{command}-")
     ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", f"{name}/report.json"])
     assert ignored.returncode == 0, f"{name}/ is not covered by .gitignore"
+
+
+@pytest.mark.parametrize("make, env_var", [("not-private", False), ("a-file", False), ("uncreatable", True)])
+def test_an_unusable_cache_folder_stops_before_the_script_starts_naming_the_option(tmp_path, make, env_var):
+    script = tmp_path / "app.py"
+    script.write_text("print('SCRIPT STARTED')\n")
+    cache = tmp_path / "cache"
+    if make == "not-private":
+        cache.mkdir()
+        os.chmod(cache, 0o777)
+    elif make == "a-file":
+        cache.write_text("x")
+    else:
+        cache = tmp_path / "a-file" / "cache"
+        (tmp_path / "a-file").write_text("x")
+    args = ("--backend", "cpu", script) if env_var else ("--backend", "cpu", "--cache-dir", cache, script)
+    proc = aipc(*args, cwd=tmp_path, env={"AIPC_CACHE_DIR": str(cache)} if env_var else None)
+    line = one_line_error(proc)
+    assert proc.returncode == 64 and "SCRIPT STARTED" not in proc.stdout
+    assert line.startswith(f"aipc: error: {'$AIPC_CACHE_DIR' if env_var else '--cache-dir'} {cache}:")
+    assert "'cache_dir'" not in line
