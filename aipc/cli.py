@@ -106,9 +106,22 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``aipc`` command with ``argv`` (default ``sys.argv[1:]``) and return its exit status.
 
-    Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64).
+    Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64). Ctrl-C
+    anywhere (``KeyboardInterrupt``) prints one line, ``aipc: interrupted (Ctrl-C)``, and returns 130.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted(prefix: str = "aipc: ") -> int:
+    """Say, in one line, that Ctrl-C stopped the command; returns :data:`EXIT_INTERRUPTED` (130)."""
+    say("interrupted (Ctrl-C)", prefix)
+    return EXIT_INTERRUPTED
+
+
+def _main(argv: list) -> int:
     # one console for every command (aipc._console): stderr now; stdout where aipc writes it, not a script
     _console.prepare(stdout=not argv or argv[0] in ("-h", "--help", "--version") or argv[0] in SUBCOMMANDS
                      and argv[0] != "run")
@@ -209,7 +222,7 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return _interrupted(prefix)
     except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
         say(f"error: {exc}", prefix)
         return EXIT_USAGE

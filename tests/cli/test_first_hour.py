@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from onnxwrapper.diff import parse_backends
+from tests.conftest import qnn_available
 
 ROOT = pathlib.Path(__file__).parents[2]
 
@@ -90,3 +91,83 @@ def test_an_unusable_cache_folder_stops_before_the_script_starts_naming_the_opti
     assert proc.returncode == 64 and "SCRIPT STARTED" not in proc.stdout
     assert line.startswith(f"aipc: error: {'$AIPC_CACHE_DIR' if env_var else '--cache-dir'} {cache}:")
     assert "'cache_dir'" not in line
+
+
+# -- Ctrl-C: one line, exit 130, within 2 s, also with compiles running and queued -------------------------
+_TOWER = """\
+import sys
+import numpy as np, onnx
+from onnx import helper as h, TensorProto as T
+layers, batch, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+nodes, inits, prev = [], [], "X"
+for i in range(layers):
+    w = np.random.default_rng(i).standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.1
+    inits.append(onnx.numpy_helper.from_array(w, f"w{i}"))
+    nodes += [h.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]), h.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+    prev = f"r{i}"
+dims = [int(batch) if batch.isdigit() else batch, 8, 32, 32]
+g = h.make_graph(nodes, "tower", [h.make_tensor_value_info("X", T.FLOAT, dims)],
+                 [h.make_tensor_value_info(prev, T.FLOAT, dims)], inits)
+onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=9), path)
+"""
+
+
+def _interrupt(args, tmp_path, after: float) -> tuple[subprocess.CompletedProcess, float]:
+    """Run ``aipc ARGS``, press Ctrl-C (SIGINT) ``after`` seconds later; the result and the seconds to exit."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "aipc", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    time.sleep(after)
+    start = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err), time.perf_counter() - start
+
+
+def _tower(tmp_path, layers: int, batch: str) -> pathlib.Path:
+    path = tmp_path / f"tower{layers}{batch}.onnx"
+    subprocess.run([sys.executable, "-c", _TOWER, str(layers), batch, str(path)], check=True, timeout=120)
+    return path
+
+
+@pytest.mark.qnn
+@pytest.mark.slow
+@pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
+def test_ctrl_c_during_a_compile_in_aipc_run_is_one_line(tmp_path):
+    model = _tower(tmp_path, 800, "1")  # seconds of compile on the simulator
+    script = tmp_path / "app.py"
+    script.write_text(f"import onnxruntime as ort\nort.InferenceSession({str(model)!r})\nprint('CREATED')\n")
+    proc, seconds = _interrupt(["--backend", "qnn", "--cache-dir", tmp_path / "cache", script], tmp_path, 2.5)
+    assert proc.returncode == 130 and seconds < 2.0, (seconds, proc.stderr[-2000:])
+    assert proc.stderr.strip() == "aipc: interrupted (Ctrl-C) at app.py, line 2" and "CREATED" not in proc.stdout
+
+
+@pytest.mark.qnn
+@pytest.mark.slow
+@pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
+def test_ctrl_c_during_compile_from_capture_drops_the_queued_compiles(tmp_path):
+    model = _tower(tmp_path, 150, "N")
+    script = tmp_path / "app.py"
+    script.write_text("import sys, numpy as np, onnxruntime as ort\ns = ort.InferenceSession(sys.argv[1])\n"
+                      "for b in range(1, 9):\n    s.run(None, {'X': np.ones((b, 8, 32, 32), np.float32)})\n")
+    assert aipc("capture", "-o", tmp_path / "cap", script, model, cwd=tmp_path).returncode == 0
+    cache = tmp_path / "cache"
+    proc, seconds = _interrupt(["compile", "--from-capture", tmp_path / "cap", "--jobs", "1", "--cache-dir", cache],
+                               tmp_path, 4.0)
+    assert proc.returncode == 130 and seconds < 2.0, (seconds, proc.stderr[-2000:])
+    assert proc.stderr.strip().splitlines()[-1] == "aipc compile: interrupted (Ctrl-C)" and "Traceback" not in proc.stderr
+    compiled = [p for p in (cache / "entries").glob("*")] if (cache / "entries").is_dir() else []
+    assert len(compiled) < 8  # the queue was dropped, not compiled to the end
+
+
+def test_ctrl_c_in_any_subcommand_is_one_line(monkeypatch, capsys):
+    from aipc import cli
+    from aipc.commands import doctor
+
+    def interrupted(_args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(doctor, "main", interrupted)
+    assert cli.main(["doctor"]) == 130
+    assert capsys.readouterr().err == "aipc doctor: interrupted (Ctrl-C)\n"

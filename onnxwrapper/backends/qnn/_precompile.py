@@ -181,7 +181,10 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
 
     # largest signatures first (longest compiles first: the last compiles, running alone, are short)
     order = sorted(range(len(signatures)), key=lambda i: -_elements(signatures[i]))
-    with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
-                                               thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
+                                                     thread_name_prefix="onnxwrapper-qnn-precompile")
+    try:
         futures = {i: executor.submit(one, i, signatures[i]) for i in order}
         return [futures[i].result() for i in range(len(signatures))]
+    finally:  # Ctrl-C: the queued compiles are dropped at once, not waited for (the running ones are killed
+        executor.shutdown(wait=False, cancel_futures=True)  # with the pool by precompile())

@@ -60,6 +60,10 @@ _TAIL_LINES = 40
 _LIBNATIVE_MARK = b"# LIBNATIVE:"
 _QUIET = (_LIBNATIVE_MARK,) + tuple(m.encode() for m in UNWRITABLE_MARKERS)
 _COLOR_RESET = b"\x1b[m"
+#: a worker in a process group of its own: a terminal's Ctrl-C reaches this process only, which
+#: kills its busy workers (no second traceback from a worker), while an idle one ends on stdin EOF
+_OWN_GROUP: dict = ({"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if sys.platform == "win32"
+                    else {"start_new_session": True})
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,8 @@ class CompileWorker:
         try:
             proc = subprocess.Popen([sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path])],
                                     stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
+                                    **_OWN_GROUP)
         except OSError as exc:
             raise _WorkerStartError(f"{type(exc).__name__}: {exc}") from exc
         self._drain = threading.Thread(target=self._forward, args=(proc.stderr,), daemon=True,
@@ -255,6 +260,7 @@ class WorkerPool:
         self._all: list[CompileWorker] = []
         self.size = max(1, int(size))
         self._in_process = False
+        self._closed = False  # after close(): requests fail at once (an interrupted command's queue drains)
 
     def start(self) -> None:
         """Start every worker the pool may have, now, in background threads (they are otherwise
@@ -286,6 +292,9 @@ class WorkerPool:
     def _take(self) -> CompileWorker:
         with self._lock:
             while True:
+                if self._closed:
+                    raise BackendCompileError("The compile pool is closed (the command was interrupted or has "
+                                              "ended): nothing more is compiled.", backend="qnn")
                 if self._idle:
                     return self._idle.pop()
                 if len(self._all) < self.size:
@@ -320,9 +329,11 @@ class WorkerPool:
         return execute(request)
 
     def close(self) -> None:
-        """Stop every worker (idle ones exit at once; busy ones are killed)."""
+        """Stop every worker (idle ones exit at once; busy ones are killed); later requests fail at once."""
         with self._lock:
             workers, self._all, self._idle = list(self._all), [], []
+            self._closed = True
+            self._lock.notify_all()
         for worker in workers:
             worker.stop(kill=worker.busy)
 
@@ -375,9 +386,9 @@ def compile_many(requests: Sequence[CompileRequest], jobs: int = 1) -> list[Any]
         except Exception as exc:  # noqa: BLE001 - returned to the caller, per request
             return exc
 
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="onnxwrapper-qnn-compile")
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
-                                                   thread_name_prefix="onnxwrapper-qnn-compile") as executor:
-            return list(executor.map(one, requests))
-    finally:
+        return list(executor.map(one, requests))
+    finally:  # Ctrl-C: queued requests dropped, busy workers killed, nothing waited for
+        executor.shutdown(wait=False, cancel_futures=True)
         pool.close()
