@@ -171,3 +171,31 @@ def test_ctrl_c_in_any_subcommand_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(doctor, "main", interrupted)
     assert cli.main(["doctor"]) == 130
     assert capsys.readouterr().err == "aipc doctor: interrupted (Ctrl-C)\n"
+
+
+# -- the aipc fix walkthrough of README's tour, as written -------------------------------------------------
+@pytest.mark.qnn
+@pytest.mark.slow
+@pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
+def test_the_fix_walkthrough_runs_as_written(tmp_path):
+    import re
+
+    text = (ROOT / "examples" / "fix" / "README.md").read_text(encoding="utf-8")
+    block = re.findall(r"```bash\n(.*?)```", text, re.S)[0]
+    commands = [line.split("#")[0].split() for line in block.splitlines() if line.startswith("python -m aipc")]
+    assert [c[3] for c in commands[:2]] == ["diff", "fix"] and "--repairs" in commands[2]
+    expected = (ROOT / "examples" / "fix" / "expected.txt").read_text(encoding="utf-8")
+    assert subprocess.run([sys.executable, "examples/fix/smooth.py"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120).stdout == expected
+    statuses, outputs = [], []
+    for command in commands:
+        args = [a.replace('"$W', str(tmp_path)).replace('"', "") for a in command[3:]]
+        proc = aipc(*args, cwd=ROOT)
+        statuses.append(proc.returncode)
+        outputs.append(proc.stdout)
+    assert statuses == [1, 0, 0], outputs
+    assert "cause: node — one node breaks: 'fir' (Conv)" in outputs[0] and "fix: REPAIRED" in outputs[1]
+
+    def peaks(text):
+        return re.findall(r"peak at sample \d", text)
+    assert peaks(outputs[2]) == peaks(expected) and len(peaks(expected)) == 8
