@@ -15,9 +15,8 @@ instance attribute: zero added cost per call), or a dict lookup of the call's pl
 (:class:`onnxwrapper.kernel.RunPlans`: validation, routing and feed checks decided once per kind
 of call; a miss takes the full path).
 
-No reference cycle: a session is freed when its last reference goes, without the cyclic garbage
-collector (the run callables are bound to an ORT twin: :mod:`onnxwrapper._ort_twin`); the plan
-dispatcher is reached from the class's ``run``.
+No reference cycle: a dropped session is freed at once, without the cyclic garbage collector (its
+run callables are bound to an ORT twin, :mod:`onnxwrapper._ort_twin`; ``run`` reaches the plans).
 """
 
 from __future__ import annotations
@@ -104,14 +103,10 @@ class InferenceSession(_ORT):
 
     # -- ORT's state: written here only --------------------------------------------------------------
     def _ow_ort_state(self, description: SessionDescription | None) -> None:
-        """The only code that writes ``onnxruntime.InferenceSession``'s state on this object.
-
-        With a description: ORT-executed sessions run ORT's own constructor with
-        ``description.ort`` (inside the backend's guard) and hand the graph assignment to
-        ``BackendSession.loaded`` when asked; foreign sessions get ORT's attributes from
-        ``description.foreign`` so ORT's inherited getters work. With ``None`` (``close()``): the
-        ORT session is released.
-        """
+        """The only code that writes ORT's state on this object: ORT's own constructor with
+        ``description.ort`` (in the backend's guard; the graph assignment to ``BackendSession.loaded``
+        when asked), ORT's attributes from ``description.foreign`` (so ORT's inherited getters work),
+        or, with ``None`` (``close()``), the ORT session released."""
         if description is None:  # after every write of ORT's state here: its twin too (onnxwrapper/_ort_twin.py)
             self._sess = None
             return sync_twin(self.__dict__)
@@ -147,7 +142,9 @@ class InferenceSession(_ORT):
         bind(self, self._ow_backend_session)
         self._ow_enable_fast_path()
 
-    def _ow_enable_fast_path(self) -> None:
+    def _ow_enable_fast_path(self, checked: bool = False) -> None:  # checked: the backend's feed check is done
+        if checked:
+            self._ow_feed_check = None
         self._ow_fast = self._ow_fast_ok and self._ow_feed_check is None
         plans = self._ow_plans  # the run attribute: ORT's own run (bound to the twin); or the plan dispatcher
         self._ow_direct = self._ow_impls["run"] if self._ow_fast else None
@@ -199,8 +196,7 @@ class InferenceSession(_ORT):
         names, given = output_names, feed
         check = self._ow_feed_check
         if check is not None and method in ("run", "run_async") and method not in self._ow_served and check(feed):
-            self._ow_feed_check = None  # the backend's feed check is done (e.g. it has warned once)
-            self._ow_enable_fast_path()
+            self._ow_enable_fast_path(checked=True)  # e.g. the NaN/±Inf check has warned once
         if method in self._ow_validate:
             if method == "run_with_ort_values":
                 validate_ort_values(self._inputs_meta, feed, output_names, self._outputs_meta)
@@ -236,7 +232,11 @@ class InferenceSession(_ORT):
         dispatch = self._ow_dispatch
         if dispatch is not None:  # run plans, no observer: the plan of the call's key, else the full path
             outputs = dispatch(output_names, input_feed, run_options)
-            return outputs if outputs is not NO_PLAN else self._ow_run_missed(output_names, input_feed, run_options)
+            if outputs is NO_PLAN:
+                return self._ow_run_missed(output_names, input_feed, run_options)
+            if getattr(self._ow_feed_check, "done", False):  # a plan's screen has warned: ORT's own run from now on
+                self._ow_enable_fast_path(checked=True)
+            return outputs
         return self._ow_call("run", output_names, input_feed, (run_options,))
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
