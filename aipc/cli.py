@@ -33,7 +33,7 @@ import textwrap
 from typing import Sequence
 
 from aipc import _shadowing
-from aipc._console_encoding import make_output_safe
+from aipc import _console
 from aipc._exit_codes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_UNAVAILABLE, EXIT_USAGE, UsageError, table_text
 from aipc.args import CommandParser
 from aipc.commands.run import build_parser, run_command, run_help
@@ -106,11 +106,25 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``aipc`` command with ``argv`` (default ``sys.argv[1:]``) and return its exit status.
 
-    Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64).
+    Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64). Ctrl-C
+    anywhere (``KeyboardInterrupt``) prints one line, ``aipc: interrupted (Ctrl-C)``, and returns 130.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        make_output_safe()
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted(prefix: str = "aipc: ") -> int:
+    """Say, in one line, that Ctrl-C stopped the command; returns :data:`EXIT_INTERRUPTED` (130)."""
+    say("interrupted (Ctrl-C)", prefix)
+    return EXIT_INTERRUPTED
+
+
+def _main(argv: list) -> int:
+    # one console for every command (aipc._console): stderr now; stdout where aipc writes it, not a script
+    _console.prepare(stdout=not argv or argv[0] in ("-h", "--help", "--version") or argv[0] in SUBCOMMANDS
+                     and argv[0] != "run")
     if not argv:
         say("error: no script given")
         say("usage: aipc [options] script.py [args…] | aipc [options] -m module [args…] | aipc SUBCOMMAND …")
@@ -134,8 +148,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_command(argv[1:], help_text=run_help)
     if first == "diff" and _model_diff(argv[1:]):
         from aipc.commands.model import diff_model_command  # imports onnxwrapper.diff: not for `aipc --help`
-
-        make_output_safe()
 
         return diff_model_command(argv[1:])
     if first == "compile" and any(t == "--from-capture" or t.startswith("--from-capture=") for t in argv[1:]):
@@ -184,7 +196,6 @@ def _subcommand_typo(token: str) -> str | None:
 
 
 def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
-    make_output_safe()  # a report must not die on a cp1252 console (aipc._console_encoding)
     default_module, text = SUBCOMMANDS[name]
     module_name = module_name or default_module
     prefix = f"aipc {name}: "  # errors of a subcommand name it, as its own messages do
@@ -211,7 +222,7 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return _interrupted(prefix)
     except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
         say(f"error: {exc}", prefix)
         return EXIT_USAGE

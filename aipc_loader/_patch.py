@@ -276,7 +276,8 @@ def _on_onnxruntime_imported(module) -> None:
         options_class = module.SessionOptions
         _state.options_class = options_class
         for name in RECORDED_METHODS:
-            _state.recorders[name] = wrapt.wrap_function_wrapper(options_class, name, _recording_wrapper(name))
+            if hasattr(options_class, name):  # onnxruntime 1.23 (Intel Macs, macOS 13) lacks the newest ones
+                _state.recorders[name] = wrapt.wrap_function_wrapper(options_class, name, _recording_wrapper(name))
         backend = _state.activation.backend
     _prepare(backend)
 

@@ -25,8 +25,18 @@ PREFIX = "aipc: "
 
 
 def say(message: str, prefix: str = PREFIX) -> None:
-    """Write one prefixed line per line of ``message`` to stderr (the CLI's only output channel)."""
-    text = "".join(f"{prefix}{line}\n" for line in str(message).splitlines() or [""])
+    """Write one prefixed line per line of ``message`` to stderr (the CLI's only output channel).
+    Messages name models, files and scripts from elsewhere: control characters (``ESC``, ``\\r``),
+    bidirectional overrides and other format characters are shown escaped
+    (:func:`onnxwrapper.diff.console_safe`, imported only for such a message)."""
+    message = str(message)
+    message = message[:-1] if message.endswith("\n") else message
+    lines = message.split("\n")
+    if not all(line.isascii() and line.isprintable() for line in lines):
+        from onnxwrapper.diff import console_safe
+
+        lines = console_safe(message).split("\n")
+    text = "".join(f"{prefix}{line}\n" for line in lines)
     try:
         sys.stderr.write(text)
         sys.stderr.flush()

@@ -20,8 +20,10 @@ What the code sees (measured against CPython 3.11's own launcher, and tested aga
 Exit status (as the interpreter computes it): 0 when the code returns; ``SystemExit(None)`` → 0,
 ``SystemExit(int)`` → that int, any other ``SystemExit`` value is written to ``sys.stderr`` and
 gives 1; an uncaught exception is printed with ``sys.excepthook`` (a normal traceback that starts
-at the script's frame) and gives 1; ``KeyboardInterrupt`` prints its traceback and gives 130
-(Python itself re-kills itself with SIGINT, which a shell also shows as 130).
+at the script's frame) and gives 1; ``KeyboardInterrupt`` (Ctrl-C) prints one line, where the
+script was (``aipc: interrupted (Ctrl-C) at app.py, line 12``), not a traceback through
+onnxwrapper's compile frames, and gives 130 (what a shell shows for Python, which re-kills itself
+with SIGINT).
 
 Differences that remain: ``sys.orig_argv``, ``sys.modules`` (aipc's own modules are loaded),
 ``sys.meta_path`` (wrapt's import-hook finder), ``os.environ`` (``AIPC_ACTIVE`` and
@@ -287,12 +289,26 @@ def _run_code(code, run_globals: dict) -> int:
     except SystemExit as exc:
         return _system_exit_status(exc)
     except KeyboardInterrupt as exc:
-        _print_exception(exc)
+        _say_interrupted(exc, run_globals.get("__file__"))
         return EXIT_INTERRUPTED
     except BaseException as exc:  # noqa: BLE001 - the interpreter's top level catches everything
         _print_exception(exc)
         return 1
     return 0
+
+
+def _say_interrupted(exc: KeyboardInterrupt, script: str | None) -> None:
+    """Ctrl-C in one line, not Python's traceback through onnxwrapper's frames: where the script was."""
+    from aipc_loader._report import say
+
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if script and tb.tb_frame.f_code.co_filename == script:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    where = f" at {os.path.basename(script)}, line {line}" if script and line else ""
+    say(f"interrupted (Ctrl-C){where}")
 
 
 def _system_exit_status(exc: SystemExit) -> int:

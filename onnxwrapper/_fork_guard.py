@@ -10,7 +10,8 @@ session is enough.
 A backend session whose state is bound to its process says so (``BackendSession.process_bound``:
 ``qnn``, ``qai``). The façade registers every such session here (:func:`bind`); an
 ``os.register_at_fork(after_in_child=…)`` hook — registered once, on the first such session, never
-at import — marks them in the child and unbinds their direct ``run`` attribute, so every run method
+at import — marks them in the child and unbinds their direct ``run`` (ORT's run, or the run plans'
+dispatcher), so every run method
 goes through :func:`check_open` and raises :class:`~onnxwrapper.errors.ForkedSessionError` at once
 (metadata getters keep working), and a new session of the same backend in that child raises too
 (:func:`check_new`: a second QNN context there hangs as well). The parent's sessions are untouched;
@@ -48,8 +49,9 @@ def _after_fork_in_child() -> None:
         # kept alive for good: freeing inherited native state in the child hangs in its destructor
         # (measured: pthread_cond_destroy inside onnxruntime), and unbinding run may break the
         # reference cycle that kept a session no one uses any more
-        _KEPT.append((session, session.__dict__.pop("run", None), session._ow_direct))
-        session._ow_direct = None  # the class's run: through check_open
+        _KEPT.append((session, session.__dict__.pop("run", None), session._ow_direct,
+                      getattr(session, "_ow_dispatcher", None)))
+        session._ow_direct = session._ow_dispatcher = session._ow_dispatch = None  # the full path: check_open
     _BOUND.clear()
     if _INHERITED:
         _exit_status.watch()

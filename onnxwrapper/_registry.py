@@ -195,7 +195,8 @@ class BackendRegistry:
         spelled = list(names) + [a.lower() for n in names for a in self._aliases(n)]
         import difflib  # noqa: PLC0415 - 1.7 ms of imports, only for this error's suggestion
 
-        close = difflib.get_close_matches(key, spelled, n=1, cutoff=0.6)
+        meant = [n for n in names if key in (w.lower() for w in self._attribute(n, "suggested_for"))]
+        close = meant or difflib.get_close_matches(key, spelled, n=1, cutoff=0.6)
         hint = f"Did you mean '{self.resolve(close[0])}'? " if close else ""
         raise BackendNotFoundError(
             f"Unknown backend '{name}'. {hint}Registered backends: {', '.join(names)}. "
@@ -203,9 +204,13 @@ class BackendRegistry:
             f"install the package that provides '{name}' or pick one of the above.", backend=key)
 
     def _aliases(self, name: str) -> tuple:
+        return self._attribute(name, "aliases")
+
+    def _attribute(self, name: str, attribute: str) -> tuple:
+        """A backend class's tuple attribute (``aliases``, ``suggested_for``), ``()`` when it cannot load."""
         try:
-            return tuple(self._load(name).aliases)
-        except BackendValidationError:
+            return tuple(getattr(self._load(name), attribute, ()))
+        except (BackendValidationError, BackendNotFoundError):
             return ()
 
     def get(self, name: str) -> type:

@@ -10,10 +10,13 @@ foreign backends (qai_appbuilder, SNPE) serve ``run`` and metadata, and raise
 One run path, as Polygraphy's ``BaseRunner.infer`` → ``infer_impl``: every run method goes
 through :meth:`InferenceSession._ow_call` — closed check, feed validation when the backend asks
 for it (one validator, :func:`onnxwrapper.kernel.validate_feed`), the backend's run callable,
-then the run observers. While no observer is registered, ``run`` is an instance attribute: ORT's
-bound method itself (zero added cost per call), or a dict lookup of the call's plan
+then the run observers. While no observer is registered, ``run`` is ORT's own bound method (an
+instance attribute: zero added cost per call), or a dict lookup of the call's plan
 (:class:`onnxwrapper.kernel.RunPlans`: validation, routing and feed checks decided once per kind
 of call; a miss takes the full path).
+
+No reference cycle: a dropped session is freed at once, without the cyclic garbage collector (its
+run callables are bound to an ORT twin, :mod:`onnxwrapper._ort_twin`; ``run`` reaches the plans).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import onnxruntime
 
 from onnxwrapper._fork_guard import bind, check_new, check_open
 from onnxwrapper._observers import FAST_PATH_SESSIONS, RUN_OBSERVERS, add_run_observer, notify, observers_lock
+from onnxwrapper._ort_twin import NO_PLAN, foreign_ort_state, no_plan, run_callables, sync_twin
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import reselect, select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
@@ -77,6 +81,7 @@ class InferenceSession(_ORT):
                                  selection.ep_options)
         self._ow_closed = False
         self._ow_backend_session = None
+        self._ow_dispatch = None
         self._ow_open(instance, request, selection)
         _log.debug("onnxwrapper: session on backend '%s' (%s)", selection.name, selection.reason)
 
@@ -98,49 +103,29 @@ class InferenceSession(_ORT):
 
     # -- ORT's state: written here only --------------------------------------------------------------
     def _ow_ort_state(self, description: SessionDescription | None) -> None:
-        """The only code that writes ``onnxruntime.InferenceSession``'s state on this object.
-
-        With a description: ORT-executed sessions run ORT's own constructor with
-        ``description.ort`` (inside the backend's guard) and hand the graph assignment to
-        ``BackendSession.loaded`` when asked; foreign sessions get ORT's attributes from
-        ``description.foreign`` so ORT's inherited getters work. With ``None`` (``close()``): the
-        ORT session is released.
-        """
-        if description is None:
+        """The only code that writes ORT's state on this object: ORT's own constructor with
+        ``description.ort`` (in the backend's guard; the graph assignment to ``BackendSession.loaded``
+        when asked), ORT's attributes from ``description.foreign`` (so ORT's inherited getters work),
+        or, with ``None`` (``close()``), the ORT session released."""
+        if description is None:  # after every write of ORT's state here: its twin too (onnxwrapper/_ort_twin.py)
             self._sess = None
-            return
+            return sync_twin(self.__dict__)
         ort, foreign = description.ort, description.foreign
         self._ow_foreign = foreign is not None
         if ort is not None:
             with (ort.guard() if ort.guard is not None else contextlib.nullcontext()):
                 _ORT.__init__(self, ort.path_or_bytes, ort.sess_options, ort.providers, ort.provider_options,
                               **dict(ort.kwargs))
+            sync_twin(self.__dict__)
             if ort.read_assignment:
                 self._ow_backend_session.loaded(_ORT.get_provider_graph_assignment_info(self))
             return
-        backend_session = self._ow_backend_session
-        self._sess = None
-        self._model_path = None
-        self._model_bytes = None
-        self._sess_options = foreign.sess_options if foreign.sess_options is not None else onnxruntime.SessionOptions()
-        self._sess_options_initial = self._sess_options
-        self._enable_fallback = False
-        self._inputs_meta = list(foreign.inputs)
-        self._outputs_meta = list(foreign.outputs)
-        self._overridable_initializers = list(foreign.overridable_initializers)
-        self._model_meta = backend_session.modelmeta()
-        self._providers = list(backend_session.providers() or [])
-        self._provider_options = dict(backend_session.provider_options() or {})
-        self._profiling_start_time_ns = 0
+        self.__dict__.update(foreign_ort_state(foreign, self._ow_backend_session))
 
     # -- the run path ------------------------------------------------------------------------------
     def _ow_bind(self, description: SessionDescription) -> None:
-        impls = {}
-        for method in RUN_METHODS:
-            impl = description.runs.get(method)
-            if impl is None:
-                impl = self._ow_unsupported(method) if self._ow_foreign else getattr(super(), method)
-            impls[method] = impl
+        impls = run_callables(RUN_METHODS, description.runs, self.__dict__.get("_ow_twin"), self._ow_foreign,
+                              self.backend_name)
         self._ow_impls = impls
         #: run methods whose feeds the façade validates: the backend's own callables, when it asks
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()
@@ -157,21 +142,26 @@ class InferenceSession(_ORT):
         bind(self, self._ow_backend_session)
         self._ow_enable_fast_path()
 
-    def _ow_enable_fast_path(self) -> None:
+    def _ow_enable_fast_path(self, checked: bool = False) -> None:  # checked: the backend's feed check is done
+        if checked:
+            self._ow_feed_check = None
         self._ow_fast = self._ow_fast_ok and self._ow_feed_check is None
-        plans = self._ow_plans  # the run attribute: ORT's own run, the plan dispatcher, or none
-        self._ow_direct = (self._ow_impls["run"] if self._ow_fast
-                           else plans.dispatcher(self._ow_run_missed) if plans is not None else None)
-        if self._ow_direct is not None:
+        plans = self._ow_plans  # the run attribute: ORT's own run (bound to the twin); or the plan dispatcher
+        self._ow_direct = self._ow_impls["run"] if self._ow_fast else None
+        self._ow_dispatcher = plans.dispatcher(no_plan) if plans is not None and not self._ow_fast else None
+        self._ow_dispatch = None
+        if self._ow_direct is not None or self._ow_dispatcher is not None:
             with observers_lock:
                 FAST_PATH_SESSIONS.add(self)
                 self._ow_set_fast_path(not RUN_OBSERVERS)
 
-    def _ow_set_fast_path(self, enabled: bool) -> None:  # no observer: the instance's run is _ow_direct
-        if enabled and self._ow_direct is not None and not self._ow_closed:
+    def _ow_set_fast_path(self, enabled: bool) -> None:  # no observer: ORT's run, or the plans
+        enabled = enabled and not self._ow_closed
+        if enabled and self._ow_direct is not None:
             self.__dict__["run"] = self._ow_direct
         else:
             self.__dict__.pop("run", None)
+        self._ow_dispatch = self._ow_dispatcher if enabled else None
 
     def _ow_drop_direct(self) -> None:
         """Back to the class's ``run``, plans dropped (``close``, ``set_providers``)."""
@@ -197,11 +187,6 @@ class InferenceSession(_ORT):
             return plan(input_feed, run_options)
         return self._ow_impls["run"](names, feed, run_options)
 
-    def _ow_unsupported(self, method: str):
-        def raise_unsupported(*args, **kwargs):
-            raise capability_error(method, self.backend_name)
-        return raise_unsupported
-
     def _ow_check_open(self, method: str) -> None:
         check_open(self, method)  # closed, or inherited through fork() (onnxwrapper/_fork_guard.py)
 
@@ -211,8 +196,7 @@ class InferenceSession(_ORT):
         names, given = output_names, feed
         check = self._ow_feed_check
         if check is not None and method in ("run", "run_async") and method not in self._ow_served and check(feed):
-            self._ow_feed_check = None  # the backend's feed check is done (e.g. it has warned once)
-            self._ow_enable_fast_path()
+            self._ow_enable_fast_path(checked=True)  # e.g. the NaN/±Inf check has warned once
         if method in self._ow_validate:
             if method == "run_with_ort_values":
                 validate_ort_values(self._inputs_meta, feed, output_names, self._outputs_meta)
@@ -245,6 +229,14 @@ class InferenceSession(_ORT):
             for unknown names, dtypes, ranks, dims); :class:`~onnxwrapper.errors.SessionClosedError`
             after :meth:`close`.
         """
+        dispatch = self._ow_dispatch
+        if dispatch is not None:  # run plans, no observer: the plan of the call's key, else the full path
+            outputs = dispatch(output_names, input_feed, run_options)
+            if outputs is NO_PLAN:
+                return self._ow_run_missed(output_names, input_feed, run_options)
+            if getattr(self._ow_feed_check, "done", False):  # a plan's screen has warned: ORT's own run from now on
+                self._ow_enable_fast_path(checked=True)
+            return outputs
         return self._ow_call("run", output_names, input_feed, (run_options,))
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
@@ -347,7 +339,10 @@ class InferenceSession(_ORT):
                 backend=self.backend_name)
         self._ow_check_open("set_providers")
         if not self._ow_backend.npu:
-            return super().set_providers(providers, provider_options)
+            try:
+                return super().set_providers(providers, provider_options)
+            finally:
+                sync_twin(self.__dict__)
         check_providers(providers, provider_options, own=self._ow_backend.execution_providers)
         registry, current = default_registry(), self._ow_backend
         selection, request = reselect(current, self._ow_request, providers, provider_options, registry)
@@ -367,6 +362,12 @@ class InferenceSession(_ORT):
                           UserWarning, stacklevel=2)
             return
         super().enable_fallback()
+        sync_twin(self.__dict__)
+
+    def disable_fallback(self) -> None:
+        """As ORT: no fallback to CPU after an execution provider failure in ``run`` (the ``cpu`` backend)."""
+        super().disable_fallback()
+        sync_twin(self.__dict__)
 
     def end_profiling(self) -> str:
         """As ORT; foreign backends raise :class:`~onnxwrapper.errors.BackendCapabilityError`."""

@@ -24,6 +24,7 @@ from aipc.args._compare import CompareArgs, LocalizeArgs, ReportArgs, ToleranceA
 from aipc.args._groups import ArgGroup, Tool, absolute, parse_bracketed
 from aipc.args._model import (BackendArgs, BackendsArgs, DataLoaderArgs, GenScriptArgs, GoldenArgs, ModelArgs,
                               ModelRunArgs, argv_text, parse_backend_options, with_compile_budget)
+from aipc.args._option_suggest import misplaced_script
 from aipc.args._parser import CommandParser
 from aipc.args._plan import Call, Plan, Ref
 from aipc.args._run_options import RunSettings, add_compile_budget, add_run_options, compile_budget, resolve_settings
@@ -52,6 +53,7 @@ __all__ = [
     "add_run_options",
     "argv_text",
     "compile_budget",
+    "misplaced_script",
     "parse_backend_options",
     "parse_bracketed",
     "resolve_settings",

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 
-__all__ = ["with_suggestion", "nearest_option", "VALUE_HINTS"]
+__all__ = ["with_suggestion", "nearest_option", "misplaced_script", "VALUE_HINTS"]
 
 #: option → what to read when argparse refused its value (argparse names the allowed values itself)
 VALUE_HINTS = {
@@ -65,3 +66,20 @@ def with_suggestion(parser: argparse.ArgumentParser, message: str) -> str:
             if name in VALUE_HINTS:
                 return f"{message}; {VALUE_HINTS[name]}"
     return message
+
+
+def misplaced_script(option: str, value: str | None, usage: str) -> str | None:
+    """The usage error for a script given as the value of an option that takes names
+    (``aipc diff --backends script.py`` leaves no script, since argparse read it as the list of
+    backends), or ``None`` when ``value`` does not look like a script (a ``.py`` entry, or a file).
+
+    Args:
+        option: the option as typed (``--backends``). value: its value. usage: the command with
+            the script in its place (``aipc diff --backends cpu,qnn script.py``).
+    """
+    entries = [e.strip() for e in (value or "").split(",") if e.strip()]
+    script = next((e for e in entries if e.lower().endswith((".py", ".pyw")) or os.path.isfile(e)), None)
+    if script is None:
+        return None
+    return (f"{option} {value}: '{script}' is a script, not a backend; {option} takes backend names "
+            f"(e.g. {option} cpu,qnn) and the script comes after the options: {usage}")

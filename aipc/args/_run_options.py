@@ -17,7 +17,7 @@ from typing import Any
 from aipc._exit_codes import UsageError
 from aipc_loader import _env
 
-__all__ = ["add_compile_budget", "add_run_options", "compile_budget", "resolve_settings", "RunSettings"]
+__all__ = ["add_compile_budget", "add_run_options", "cache_dir_problem", "compile_budget", "resolve_settings", "RunSettings"]
 
 
 def _positive(option: str, integer: bool = False):
@@ -114,7 +114,9 @@ def compile_budget(args: argparse.Namespace, environ=None) -> dict[str, Any]:
     ``AIPC_COMPILE_MEMORY_MB`` / ``AIPC_COMPILE_BUDGET``.
 
     Raises:
-        UsageError: an environment variable has an unusable value.
+        UsageError: an environment variable has an unusable value, or the compile cache folder
+            cannot be used (:func:`cache_dir_problem`; the message names ``--cache-dir`` or the
+            variable it came from).
     """
     env = os.environ if environ is None else environ
     budget = {}
@@ -147,11 +149,40 @@ class RunSettings:
     env_only_options: set = field(default_factory=set)
 
 
+#: how the library's cache errors name the setting; the command line names its option instead
+_LIBRARY_NAMES = "backend option 'cache_dir' or $ONNXWRAPPER_CACHE_DIR"
+
+
+def cache_dir_problem(path: str) -> str | None:
+    """Why the compile cache folder ``path`` cannot be used, or ``None``: checked when the option is
+    read, before a script starts. A folder that does not exist is created (private, ``0700``, as the
+    cache creates it); one that is not a directory, cannot be created, or is not private (another
+    owner, writable by group or others: the cache refuses it) is a problem. A read-only cache is
+    not: the cache uses what it holds and compiles the rest elsewhere."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "it is not a directory; give a folder (it is created if missing)"
+    if not os.path.isdir(path):
+        try:
+            os.makedirs(path, mode=0o700)
+        except OSError as exc:
+            return f"the folder cannot be created ({exc.strerror or exc}); give a folder you can write"
+    from onnxwrapper.errors import ArtifactError  # onnxruntime's import time: only when a cache folder is given
+    from onnxwrapper.kernel import ArtifactCache
+
+    try:
+        ArtifactCache(path)  # the cache's own check of its root
+    except ArtifactError as exc:
+        return str(exc)
+    return None
+
+
 def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
     """Combine parsed options with the ``AIPC_*`` environment variables (options win).
 
     Raises:
-        UsageError: an environment variable has an unusable value.
+        UsageError: an environment variable has an unusable value, or the compile cache folder
+            cannot be used (:func:`cache_dir_problem`; the message names ``--cache-dir`` or the
+            variable it came from).
     """
     env = os.environ if environ is None else environ
     try:
@@ -166,6 +197,10 @@ def resolve_settings(args: argparse.Namespace, environ=None) -> RunSettings:
                 continue
             if attr == "cache_dir":
                 value = os.path.abspath(os.path.expanduser(value))
+                problem = cache_dir_problem(value)
+                if problem is not None:  # before the script starts, naming what the user typed
+                    where = "--cache-dir" if source != "env" else f"${var}"
+                    raise UsageError(f"{where} {value}: {problem.replace(_LIBRARY_NAMES, where)}")
             key = _env.OPTION_KEYS[attr]
             settings.backend_options[key] = value
             if source == "env":

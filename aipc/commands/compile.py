@@ -55,6 +55,7 @@ import time
 from typing import Any
 
 import onnxwrapper
+from aipc import _console
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
 from aipc.args import add_compile_budget, compile_budget
 from aipc.commands._compile_recipe import apply_to_proto, compile_option, recipe_for_file
@@ -234,7 +235,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
     else:
-        print(format_summary(summary))
+        print(_console.clean(format_summary(summary)))  # model, node and file names from elsewhere
     return 0
 
 
@@ -244,13 +245,17 @@ class _UsageProblem(Exception):
 
 def _compile(args, options: dict, shapes: dict, dims: dict, quantized: bool, paths: dict, stages: _Stages) -> dict:
     import onnx
+    from google.protobuf.message import DecodeError
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
 
     summary: dict[str, Any] = {"model": os.path.abspath(args.model), "precision": args.precision,
                                "backend_options": options, "notes": []}
     calib = None
     with stages.step("load"):
-        proto = load_model_proto(args.model)
+        try:
+            proto = load_model_proto(args.model)
+        except DecodeError as exc:  # protobuf cannot read it: as `aipc run MODEL` says it
+            raise _UsageProblem(f"{args.model}: not an ONNX model ({type(exc).__name__}: {exc})") from exc
         recipe = recipe_for_file(args.model, args.repairs) if args.repairs else None  # aipc.commands._compile_recipe
         if recipe is not None:
             proto, summary["repairs"] = apply_to_proto(proto, recipe)

@@ -25,8 +25,10 @@ import argparse
 import os
 import sys
 
+from aipc import _console
 from aipc._exit_codes import EXIT_USAGE, UsageError
-from aipc.args import ToleranceArgs, add_compile_budget, compile_budget, parse_backend_options, with_compile_budget
+from aipc.args import (ToleranceArgs, add_compile_budget, compile_budget, misplaced_script, parse_backend_options,
+                       with_compile_budget)
 from aipc.commands._progress import progress_bars
 from onnxwrapper.diff import (check, console_safe, default_directory, default_jobs, estimate_run_memory,
                               localize_failures, parse_backends, parse_size, report_paths, run)
@@ -158,7 +160,10 @@ def main(args: argparse.Namespace) -> int:
             elif command:
                 target, target_args, module = command[0], command[1:], False
             else:
-                raise _Usage("no script given (usage: aipc diff [options] script.py [args…] | -m module | --check DIR)")
+                raise _Usage(misplaced_script("--backends", args.backends, f"aipc diff --backends cpu,qnn "
+                                                                           f"{args.backends} [args…]")
+                             or "no script given (usage: aipc diff [options] script.py [args…] | -m module | "
+                                "--check DIR)")
             if args.max_calls_per_model is not None and args.max_calls_per_model < 1:
                 raise _Usage("--max-calls-per-model must be ≥ 1")
             if args.jobs is not None and args.jobs < 1:
@@ -205,7 +210,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         close_bars()
-    sys.stdout.write(result.table(color=sys.stdout.isatty()) + "\n")
+    sys.stdout.write(result.table(color=_console.use_color(sys.stdout)) + "\n")  # NO_COLOR, Windows VT mode
     default_json, default_html = report_paths(result.directory or os.getcwd(), check=bool(args.check))
     written = [os.path.abspath(result.write_json(args.json or default_json))]
     if not args.no_html:

@@ -12,8 +12,11 @@ at x = -0), runs them on the HTP and on the CPU and judges them with aipc diff's
 compile and run times. A known-bug canary says "known HTP kernel bug reproduced / not
 reproduced" and does not change the verdict.
 
-Exit status: 0 when the HTP is usable (an NPU, or the simulator on x86-64, and every capability
-canary agrees with the CPU), 1 otherwise, 64 for usage errors.
+Exit status: 0 when a Hexagon NPU is usable (every capability canary agrees with the CPU and the
+compile cache can be used); 69 when this machine has no usable NPU — only onnxruntime-qnn's
+simulator (x86-64, or an x64 Python emulated on ARM64 Windows), or no HTP at all (the report says
+why and what to do); 1 when the NPU is reached but a canary disagrees or the cache cannot be used;
+64 for usage errors. The report is printed in every case.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import argparse
 import json
 import sys
 
-from aipc._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from aipc import _console
+from aipc._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE
 from aipc_loader._report import say
 
 __all__ = ["add_arguments", "main"]
@@ -56,5 +60,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=1, default=str) + "\n")
     else:
-        sys.stdout.write(report.format_text() + "\n")
-    return EXIT_OK if report.usable else EXIT_FAILED
+        sys.stdout.write(_console.clean(report.format_text()) + "\n")  # device and path names from elsewhere
+    if report.npu_usable:
+        return EXIT_OK
+    return EXIT_FAILED if report.mode == "npu" else EXIT_UNAVAILABLE

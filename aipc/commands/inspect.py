@@ -29,6 +29,7 @@ import json
 import sys
 
 import onnxwrapper
+from aipc import _console
 from aipc._exit_codes import EXIT_FAILED, EXIT_USAGE
 from aipc_loader._report import say
 from onnxwrapper.errors import ArtifactError
@@ -105,7 +106,7 @@ def _inspect_binary(args: argparse.Namespace) -> int:
     except ArtifactError as exc:
         say(f"error: {exc}")
         return EXIT_FAILED
-    print(json.dumps(info, indent=2) if args.json else format_binary(info))
+    print(json.dumps(info, indent=2) if args.json else _console.clean(format_binary(info)))
     sys.stdout.flush()
     return 0
 
@@ -124,14 +125,17 @@ def main(args: argparse.Namespace) -> int:
     if args.backend not in ("qnn", "cpu"):
         say(f"error: inspect predicts partitions for --backend qnn or cpu, not {args.backend!r}")
         return EXIT_USAGE
+    from google.protobuf.message import DecodeError
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
-
 
     try:
         result = inspect_model(args.model, backend=args.backend, backend_options=options, shapes=shapes, dims=dims,
                                probe=False if args.no_probe else None)
     except FileNotFoundError as exc:
         say(f"error: {exc}")
+        return EXIT_USAGE
+    except DecodeError as exc:  # protobuf cannot read it: as `aipc run MODEL` says it
+        say(f"error: {args.model}: not an ONNX model ({type(exc).__name__}: {exc})")
         return EXIT_USAGE
     except (ValueError, InvalidArgument) as exc:
         say(f"error: {exc}")
@@ -141,7 +145,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, default=str))
-    else:
-        print(result.format_text(all_nodes=args.all_nodes))
+    else:  # model, node and file names come from elsewhere: shown sanitized
+        print(_console.clean(result.format_text(all_nodes=args.all_nodes)))
     sys.stdout.flush()
     return 0

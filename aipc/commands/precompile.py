@@ -170,12 +170,12 @@ def _run(plans: list[ModelPlan], options: dict, jobs: int, show_progress: bool) 
     progress = _Progress(sum(len(p.signatures) for p in usable), show_progress)
     pool = WorkerPool(jobs)
     pool.start()  # the workers boot while each model is read and hashed
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(usable)), thread_name_prefix="aipc-precompile")
     try:  # every model at once on one pool: the workers stay busy across models
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(usable)),
-                                                   thread_name_prefix="aipc-precompile") as executor:
-            futures = {p.key: executor.submit(_compile_model, p, options, pool, progress) for p in usable}
-            return {key: future.result() for key, future in futures.items()}
-    finally:
+        futures = {p.key: executor.submit(_compile_model, p, options, pool, progress) for p in usable}
+        return {key: future.result() for key, future in futures.items()}
+    finally:  # Ctrl-C: nothing queued is waited for; the closed pool kills its busy workers, fails the rest
+        executor.shutdown(wait=False, cancel_futures=True)
         pool.close()
         progress.bar.close()
 

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from aipc import _console
 from aipc._exit_codes import EXIT_UNAVAILABLE, EXIT_USAGE, UsageError
 from aipc.args import CommandParser, RunSettings, add_run_options, resolve_settings
 from aipc_loader import _env, _patch, _script, _verbosity
@@ -126,6 +127,7 @@ def run_command(argv: Sequence[str], *, help_text=None) -> int:
             # here, not at the top: the model workflow imports onnxwrapper.diff (onnxruntime, ~0.3 s)
             from aipc.commands.model import run_model_command
 
+            _console.prepare()  # a model run's stdout is aipc's report, not a script's
             return run_model_command(argv)
         parser = build_parser()
         if any(o in ("-h", "--help") for o in invocation.options):

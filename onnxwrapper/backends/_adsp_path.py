@@ -13,8 +13,10 @@ qualcomm/fastrpc report #379, https://github.com/qualcomm/fastrpc/issues/379).
 
 :func:`ensure_adsp_library_path` sets the variable where it applies — an ARM64 process on Windows
 or Linux, where a real DSP is driven — and only when the user has not set it. It is called where a
-backend prepares a process (the qnn backend when it registers its EP; the snpe backend for the
-environment of its SDK tools), never at import.
+backend prepares a process, never at import: the qnn backend on Windows when it registers its EP
+(on Linux aarch64 onnxruntime-qnn's own default is the same folder, and a variable set before it
+loads makes it warn "Using existing ADSP_LIBRARY_PATH setting …, which may cause the HTP backend to
+fail"), the snpe backend for the environment of its SDK tools.
 """
 
 from __future__ import annotations

@@ -281,6 +281,8 @@ class Backend(abc.ABC):
     Class attributes a backend sets:
         name: canonical registry name (``"cpu"``, ``"qnn"``); equals its entry-point name.
         aliases: other accepted names, case-insensitive (``("qairt",)``).
+        suggested_for: words users say for what this backend runs on (``("npu", "htp")``), not
+            accepted as names: an unknown backend name equal to one of them suggests this backend.
         execution_providers: ORT EP names whose presence in ``providers=`` selects this backend.
         options: ``{key: OptionSpec}`` documented options; any other key is rejected.
         npu: True for backends that target an NPU (no silent CPU fallback is allowed for them).
@@ -295,6 +297,7 @@ class Backend(abc.ABC):
 
     name: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
+    suggested_for: ClassVar[tuple[str, ...]] = ()
     execution_providers: ClassVar[tuple[str, ...]] = ()
     options: ClassVar[Mapping[str, OptionSpec]] = {}
     npu: ClassVar[bool] = False

@@ -42,7 +42,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import platform
 import sys
 import uuid
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from onnxwrapper.backends._qai_session import _PERF, QaiSession
 from onnxwrapper.backends.base import Availability, Backend, OptionSpec, SessionRequest
 from onnxwrapper.backends.qnn import read_binary_info
 from onnxwrapper.errors import ArtifactError, BackendError, BackendUnavailableError
-from onnxwrapper.kernel import ModelMetadataInfo, ModelSource
+from onnxwrapper.kernel import HostArchitecture, ModelMetadataInfo, ModelSource, host_architecture
 
 __all__ = ["QaiBackend", "QaiSdk", "QaiSession", "artifact_candidates"]
 
@@ -133,11 +132,15 @@ def _api_problem(module, version: str) -> str | None:
     return None
 
 
-def _host_supported() -> bool:
-    machine = platform.machine().lower()
-    if sys.platform == "win32":
-        return machine in ("arm64", "aarch64")
-    return sys.platform.startswith("linux") and machine in ("aarch64", "arm64")
+def _host_supported(host: HostArchitecture) -> bool:
+    """qai_appbuilder is a native extension loaded into this process: the *process* must be ARM64
+    (an x64 Python emulated on ARM64 Windows cannot load it, whatever ``platform.machine()`` says)."""
+    return host.process_arch == "arm64" and host.system in ("Windows", "Linux")
+
+
+def _host_text(host: HostArchitecture) -> str:
+    note = host.note()
+    return f"this host: {host.system}, process {host.process_arch}, OS {host.os_arch}" + (f"; {note}" if note else "")
 
 
 class QaiBackend(Backend):
@@ -191,8 +194,9 @@ class QaiBackend(Backend):
             BackendUnavailableError: unsupported host, or the package cannot be imported (with
                 ``reason`` and ``install_hint``).
         """
-        host = f"this host: {platform.system()} {platform.machine()}"
-        if not _host_supported():
+        arch = host_architecture()
+        host = _host_text(arch)
+        if not _host_supported(arch):
             reason = f"{_NEED} ({host})"
             raise BackendUnavailableError(reason, backend="qai", reason=reason, install_hint=_HINT)
         try:
@@ -214,7 +218,7 @@ class QaiBackend(Backend):
         problem = _api_problem(sdk.module, sdk.version)
         if problem:
             return Availability(False, reason=problem, install_hint="pip install -U 'qai-appbuilder>=2.51'")
-        host = f"this host: {platform.system()} {platform.machine()}"
+        host = _host_text(host_architecture())
         return Availability(True, reason=f"qai_appbuilder {sdk.version} ({host}); runs precompiled "
                                          f"artifacts, selected only with backend='qai'",
                             real_npu=True, auto_selectable=False, details={"qai_appbuilder": sdk.version})

@@ -39,7 +39,6 @@ from __future__ import annotations
 import csv
 import glob
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -68,9 +67,10 @@ _INSTALL = ("install the Qualcomm AI Runtime (QAIRT) SDK and set QAIRT_SDK_ROOT 
 
 
 def host_arch_dirs() -> list[str]:
-    """SDK ``bin/``/``lib/`` folder names for this host, most specific first (QAIRT 2.x layout)."""
-    machine = platform.machine().lower()
-    arm = machine in ("aarch64", "arm64")
+    """SDK ``bin/``/``lib/`` folder names for this host, most specific first (QAIRT 2.x layout). The
+    SDK's tools run as processes of their own, natively: the *OS's* architecture decides
+    (:func:`onnxwrapper.kernel.host_architecture`), also under an x64 Python emulated on ARM64."""
+    arm = _adsp_path.native_host().process_arch == "arm64"
     if sys.platform == "win32":
         return ["aarch64-windows-msvc", "arm64x-windows-msvc"] if arm else ["x86_64-windows-msvc"]
     if arm:

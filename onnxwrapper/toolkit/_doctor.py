@@ -17,7 +17,9 @@
   not reproduced" and never decides the verdict.
 
 The verdict: the HTP is usable when the QNN backend reaches an NPU (or, on an x86-64 host, the
-simulator) and every capability canary agrees with the CPU.
+simulator), every capability canary agrees with the CPU and the compile cache can be used;
+:attr:`DoctorReport.npu_usable` when that HTP is a real NPU. Every canary's session is closed before
+the temporary folder goes (Windows cannot delete a context binary a session still maps).
 """
 
 from __future__ import annotations
@@ -107,9 +109,15 @@ class DoctorReport:
     verdict: str
     seconds: float = 0.0
 
+    @property
+    def npu_usable(self) -> bool:
+        """True when a real NPU is usable (``usable`` and ``mode == "npu"``): ``aipc doctor`` exits 0."""
+        return self.usable and self.mode == "npu"
+
     def to_dict(self) -> dict:
         """JSON-ready dict of every field (canaries as dicts)."""
-        return {"verdict": self.verdict, "usable": self.usable, "mode": self.mode, "seconds": round(self.seconds, 3),
+        return {"verdict": self.verdict, "usable": self.usable, "npu_usable": self.npu_usable, "mode": self.mode,
+                "seconds": round(self.seconds, 3),
                 "host": self.host, "packages": self.packages, "qnn": self.qnn, "cache": self.cache,
                 "canaries": [asdict(c) for c in self.canaries]}
 
@@ -129,7 +137,7 @@ class DoctorReport:
             lines.append(f"SoC         {soc['text']}; FP16 {fp16}")
         if q.get("skel"):
             lines.append(f"skel        {q['skel'].get('verdict', '')}")
-        lines.append(f"cache       {c['path']} ({'writable' if c['writable'] else 'NOT writable: ' + c['problem']}"
+        lines.append(f"cache       {c['path']} ({'writable' if c['writable'] else 'NOT usable: ' + c['problem']}"
                      f", {c['entries']} entries)")
         if self.canaries:
             lines.append("canaries    (HTP vs CPU, aipc diff's rules)")
@@ -158,7 +166,9 @@ def _host() -> dict:
 
 def cache_facts(root: str | None = None) -> dict:
     """The compile cache: ``{"path", "exists", "writable", "problem", "entries", "size_bytes"}``; writability
-    is tested by creating and removing a file in it (or in the folder it would be created in)."""
+    is tested by creating and removing a file in it (or in the folder it would be created in). A cache
+    onnxwrapper refuses (not private: another owner, writable by others) is reported with the
+    refusal and its fix as ``problem`` (``writable`` False), never raised."""
     path = default_cache_dir(root)
     probe_dir = path
     while not os.path.isdir(probe_dir) and os.path.dirname(probe_dir) != probe_dir:
@@ -169,7 +179,12 @@ def cache_facts(root: str | None = None) -> dict:
             pass
     except OSError as exc:
         problem = f"{type(exc).__name__}: {exc}"
-    entries = ArtifactCache(path).entries() if os.path.isdir(path) else []
+    entries = []
+    if os.path.isdir(path):
+        try:
+            entries = ArtifactCache(path).entries()
+        except (OnnxwrapperError, OSError) as exc:
+            problem = problem or " ".join(str(exc).split())
     return {"path": path, "exists": os.path.isdir(path), "writable": not problem, "problem": problem,
             "entries": len(entries), "size_bytes": sum(size for _k, size, _u in entries)}
 
@@ -203,12 +218,15 @@ def _run_canary(canary: Canary, folder: str) -> CanaryResult:
             except OnnxwrapperError:
                 result.binary_soc_model = None
         session = onnxwrapper.InferenceSession(ctx, backend="qnn")
-        names = [o.name for o in session.get_outputs()]
-        times = []
-        for _ in range(_RUNS):
-            start = time.perf_counter()
-            outputs = session.run(None, feeds)
-            times.append(time.perf_counter() - start)
+        try:
+            names = [o.name for o in session.get_outputs()]
+            times = []
+            for _ in range(_RUNS):
+                start = time.perf_counter()
+                outputs = session.run(None, feeds)
+                times.append(time.perf_counter() - start)
+        finally:
+            session.close()  # its context binary is mapped (Windows ARM64) until then: the folder goes after
         result.run_seconds = statistics.median(times)
         refs = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)
     except (OnnxwrapperError, RuntimeError, ValueError, OSError) as exc:
@@ -252,14 +270,17 @@ def run_doctor(canaries: Sequence[str] | None = None, *, cache_dir: str | None =
     mode = facts.get("htp", "none") if facts.get("available") else "none"
     results = [CanaryResult(known[n].name, known[n].what, known[n].known_bug) for n in wanted]
     if mode != "none":
-        with tempfile.TemporaryDirectory(prefix="aipc-doctor-") as folder:
+        # every canary's session is closed before the folder goes; a file another process still
+        # holds (an antivirus scan on Windows) is left behind rather than ending the report
+        with tempfile.TemporaryDirectory(prefix="aipc-doctor-", ignore_cleanup_errors=True) as folder:
             for i, name in enumerate(wanted):
                 if progress is not None:
                     progress(name)
                 results[i] = _run_canary(known[name], folder)
     deciding = [r for r in results if r.decides]
     bad = [r.name for r in deciding if r.status != "pass"]
-    usable = mode != "none" and not bad
+    cache = cache_facts(cache_dir)
+    usable = mode != "none" and not bad and cache["writable"]
     what = "Hexagon NPU" if mode == "npu" else "HTP simulator (x86-64: device numerics, not device speed)"
     if mode == "none":
         verdict = f"NPU not usable: {facts.get('reason', 'the QNN backend is not available')}"
@@ -269,5 +290,9 @@ def run_doctor(canaries: Sequence[str] | None = None, *, cache_dir: str | None =
         soc = (facts.get("soc") or {}).get("name") or ""
         ran = f"{len(deciding)} capability canaries agree with the CPU" if deciding else "no capability canary run"
         verdict = f"{'NPU' if mode == 'npu' else 'simulator'} usable: {what}{' ' + soc if soc else ''}; {ran}"
+        if mode == "simulator":
+            verdict += "; no NPU on this machine"
+    if not cache["writable"]:
+        verdict += f"; the compile cache cannot be used: {cache['problem']}"
     return DoctorReport(_host(), dict(_versions(), qnn_sdk=facts.get("versions", {}).get("qnn_sdk", "n/a")), facts,
-                        cache_facts(cache_dir), results, mode, usable, verdict, time.perf_counter() - start)
+                        cache, results, mode, usable, verdict, time.perf_counter() - start)

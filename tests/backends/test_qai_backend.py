@@ -25,6 +25,7 @@ import onnxwrapper as ow
 from onnxwrapper._registry import default_registry
 from onnxwrapper.backends import qai
 from onnxwrapper.errors import ArtifactError, BackendCapabilityError, BackendConfigConflictError, BackendError
+from onnxwrapper.kernel import host_architecture
 from tests import models
 from tests.fake_foreign import (FAKES, FakeQaiBackend, cases, drop_fake_qai_appbuilder, fake_qai_appbuilder, fq,
                                 open_qai, plugged_in)
@@ -41,7 +42,7 @@ def fake(monkeypatch):
 
 # -- availability ------------------------------------------------------------------------------
 def test_linux_without_fake_says_windows_on_snapdragon(monkeypatch, mul_1_path):
-    if qai._host_supported():
+    if qai._host_supported(host_architecture()):
         pytest.skip("this host could run qai_appbuilder")
     drop_fake_qai_appbuilder()
     default_registry().unregister("qai")
@@ -57,7 +58,7 @@ def test_linux_without_fake_says_windows_on_snapdragon(monkeypatch, mul_1_path):
 def test_fake_is_a_plugin_bound_through_the_sdk_seam(monkeypatch):
     drop_fake_qai_appbuilder()
     monkeypatch.syspath_prepend(str(FAKES))
-    if not qai._host_supported():  # the production class never reaches for the importable fake here
+    if not qai._host_supported(host_architecture()):  # the production class never reaches for the importable fake here
         av = qai.QaiBackend.probe()
         assert not av.available and "needs Windows on Snapdragon" in av.reason
     av = FakeQaiBackend.probe()

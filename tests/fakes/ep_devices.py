@@ -1,11 +1,15 @@
-"""Doubles of ``onnxruntime.get_ep_devices()`` as onnxruntime-qnn's EP factory builds it on each platform.
+"""Doubles of ``onnxruntime.get_ep_devices()`` as onnxruntime-qnn 2.7.0's EP factory builds it on each platform.
 
 Modelled on ``QnnEpFactory::GetSupportedDevicesImpl`` (onnxruntime/onnxruntime-qnn,
-``onnxruntime/core/providers/qnn/qnn_provider_factory.cc``): of the hardware devices ORT discovered,
-the QNN EP lists every CPU (any vendor) and every NPU or GPU whose vendor id is Qualcomm's
-(0x5143); when none of them is an NPU and ``qnn::soc::GetSocId()`` recognizes a Windows-on-Snapdragon
-SoC (0 off Windows), it adds an NPU of its own. ORT keeps the discovered devices in an
-``unordered_set``: the order is unspecified, so tests permute it.
+``onnxruntime/core/providers/qnn/qnn_provider_factory.cc``; the ARM64 rules from onnxruntime-qnn's
+README, "CPU backend availability", and the strings of the 2.7.0 ``win_arm64`` and
+``manylinux_2_34_aarch64`` EP libraries): of the hardware devices ORT discovered, the QNN EP lists
+every NPU or GPU whose vendor id is Qualcomm's (0x5143) and every CPU — in an ARM64 build only when
+``ORT_QNN_ENABLE_CPU_BACKEND`` is set to a non-empty value other than ``0``; when none of them is an
+NPU it adds an NPU of its own if ``qnn::soc::GetSocId()`` recognizes a Windows-on-Snapdragon SoC
+(0 off Windows) or, in the Linux aarch64 build, if an entry of ``/dev`` starts with ``fastrpc-cdsp``
+(``qnn::soc::HasFastRpcCdspDevice``). ORT keeps the discovered devices in an ``unordered_set``: the
+order is unspecified, so tests permute it.
 
 Hardware per platform (ORT's device discovery): Windows ARM64 (DXCore): CPU, Adreno GPU, NPU;
 Linux aarch64 (``device_discovery.cc``: CPUs and PCI DRM GPUs, no NPU discovery): the CPU only;
@@ -34,11 +38,22 @@ def ep_device(device, ep_name: str = "QNNExecutionProvider", vendor: str = "Qual
                            ep_options={})
 
 
-def qnn_factory(discovered, windows_soc_id: int = 0) -> list:
-    """The QNN EP's ``OrtEpDevice`` list for the ``discovered`` hardware, as its factory builds it."""
+def qnn_factory(discovered, windows_soc_id: int = 0, *, arm64: bool = False, linux_dev: tuple = (),
+                environ=None) -> list:
+    """The QNN EP's ``OrtEpDevice`` list for the ``discovered`` hardware, as its factory builds it.
+
+    Args:
+        discovered: ORT's hardware devices. windows_soc_id: what ``GetSocId()`` returns (Windows).
+        arm64: an ARM64 build (CPU device hidden unless ``ORT_QNN_ENABLE_CPU_BACKEND`` is set).
+        linux_dev: the names in ``/dev`` the Linux aarch64 build scans for ``fastrpc-cdsp*``.
+        environ: the environment at registration (default: none set).
+    """
+    value = (environ or {}).get("ORT_QNN_ENABLE_CPU_BACKEND", "")
+    cpu_listed = not arm64 or (bool(value) and value != "0")
     listed = [ep_device(d) for d in discovered
-              if d.type == _TYPES.CPU or (d.type in (_TYPES.NPU, _TYPES.GPU) and d.vendor_id == QUALCOMM)]
-    if not any(d.device.type == _TYPES.NPU for d in listed) and windows_soc_id:
+              if (d.type == _TYPES.CPU and cpu_listed) or (d.type in (_TYPES.NPU, _TYPES.GPU) and d.vendor_id == QUALCOMM)]
+    fastrpc_cdsp = arm64 and any(name.startswith("fastrpc-cdsp") for name in linux_dev)
+    if not any(d.device.type == _TYPES.NPU for d in listed) and (windows_soc_id or fastrpc_cdsp):
         listed.append(ep_device(hardware("NPU", "Qualcomm", QUALCOMM)))
     return listed
 
@@ -48,6 +63,9 @@ WINDOWS_SNAPDRAGON_X = (hardware("CPU", "Qualcomm", QUALCOMM), hardware("GPU", "
                         hardware("NPU", "Qualcomm", QUALCOMM, 0x11))
 WINDOWS_NO_NPU_DRIVER = WINDOWS_SNAPDRAGON_X[:2]
 LINUX_QCS6490 = (hardware("CPU", "ARM", 0x41),)
+#: /dev of a board on an upstream kernel (drivers/misc/fastrpc.c) and on Qualcomm's downstream one (adsprpc)
+UPSTREAM_DEV = ("fastrpc-adsp", "fastrpc-cdsp", "fastrpc-cdsp-secure", "null", "tty")
+DOWNSTREAM_DEV = ("adsprpc-smd", "adsprpc-smd-secure", "null", "tty")
 X86_64 = (hardware("CPU", "AMD", 0x1022), hardware("GPU", "NVIDIA", 0x10DE))
 
 

@@ -122,13 +122,13 @@ def test_exit_status_and_stderr_match_python(tmp_path, body, status):
     assert ours.stderr == plain.stderr
 
 
-def test_keyboard_interrupt_exits_130_with_pythons_traceback(tmp_path):
+def test_keyboard_interrupt_exits_130_with_one_line_where_the_script_was(tmp_path):
     write(tmp_path / "k.py", "print('before')\nraise KeyboardInterrupt\n")
     plain, ours = both(["k.py"], tmp_path)
     assert ours.returncode == 130           # plain Python kills itself with SIGINT: -2 here, 130 in a shell
     assert plain.returncode in (-2, 130)
-    assert ours.stdout == plain.stdout and ours.stderr == plain.stderr
-    assert ours.stderr.endswith(b"KeyboardInterrupt\n")
+    assert ours.stdout == plain.stdout and plain.stderr.endswith(b"KeyboardInterrupt\n")
+    assert ours.stderr == b"aipc: interrupted (Ctrl-C) at k.py, line 2\n"  # issue 34: not a traceback
 
 
 def test_cannot_open_and_no_module_are_usage_errors_with_pythons_messages(tmp_path):
@@ -162,7 +162,7 @@ def test_run_script_in_process_restores_interpreter_state(project, capsys):
     ("raise SystemExit(3)", 3, ""),
     ("raise SystemExit('msg')", 1, "msg\n"),
     ("raise RuntimeError('bad')", 1, "RuntimeError: bad"),
-    ("raise KeyboardInterrupt", 130, "KeyboardInterrupt"),
+    ("raise KeyboardInterrupt", 130, "aipc: interrupted (Ctrl-C) at s.py, line 1"),
 ])
 def test_run_script_returns_statuses(tmp_path, capsys, body, status, err):
     script = write(tmp_path / "s.py", body + "\n")

@@ -241,3 +241,30 @@ def test_binary_options_and_errors(tmp_path, _cache):
         onnxwrapper.InferenceSession(str(model), backend="qnn", backend_options={"graph": 0})
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.NoSuchFile):
         onnxwrapper.InferenceSession(str(tmp_path / "missing.bin"), backend="qnn")
+
+
+def test_a_binary_compiled_elsewhere_is_cached_as_a_regular_file_and_reopened_without_warnings(tmp_path, _cache,
+                                                                                                 caplog):
+    """AI Hub / a raw .bin (issue 34): the wrapper's copy in the cache is a regular file, so the cache,
+    which never follows a link, takes the entry as it is on every later open (no "corrupt" rebuild)."""
+    import logging
+    import os
+    import shutil
+
+    import onnxwrapper
+    from onnxwrapper.backends.qnn import compile_model
+    from tests import models
+
+    result = compile_model(models.smallconv(batch=1), tmp_path / "out" / "conv_ctx.onnx")
+    downloaded = tmp_path / "aihub" / "conv.bin"  # a binary compiled elsewhere
+    downloaded.parent.mkdir()
+    shutil.copy(result.bin_path, downloaded)
+    x = np.ones((1, 3, 8, 8), np.float32)
+    first = onnxwrapper.InferenceSession(str(downloaded), backend="qnn").run(None, {"X": x})[0]
+    cached = [os.path.join(d, n) for d, _s, files in os.walk(_cache) for n in files if n == "conv.bin"]
+    assert cached and all(os.path.isfile(p) and not os.path.islink(p) for p in cached)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="onnxwrapper"):
+        again = onnxwrapper.InferenceSession(str(downloaded), backend="qnn").run(None, {"X": x})[0]
+    assert not [r for r in caplog.records if "corrupt" in r.getMessage()], caplog.text
+    np.testing.assert_array_equal(again, first)

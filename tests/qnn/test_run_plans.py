@@ -139,7 +139,7 @@ def test_only_validated_plannable_calls_get_plans(tmp_path):
     path.write_bytes(add_mul())
     session = onnxwrapper.InferenceSession(str(path), backend="qnn")
     plans = session.backend_session.plans
-    assert plans.table == {} and "run" in session.__dict__  # the dispatcher is the instance's run
+    assert plans.table == {} and session._ow_dispatch is not None  # run goes to the plan dispatcher
     session.run(None, {"X": X, "Z": Z})
     session.run(["V"], {"X": X, "Z": Z})
     assert len(plans.table) == 2
@@ -211,17 +211,17 @@ def test_observers_see_planned_calls(tmp_path):
     path.write_bytes(add_mul())
     session = onnxwrapper.InferenceSession(str(path), backend="qnn")
     session.run(None, {"X": X, "Z": Z})
-    dispatcher = session.__dict__["run"]
+    dispatcher = session._ow_dispatch
     seen = []
     undo = onnxwrapper.add_run_observer(lambda **record: seen.append(record["output_names"]))
     try:
-        assert "run" not in session.__dict__
+        assert session._ow_dispatch is None
         session.run(["V"], {"X": X, "Z": Z})
         with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.InvalidArgument):
             session.run(None, {"X": X.astype(np.float64), "Z": Z})
     finally:
         undo()
-    assert seen == [["V"]] and session.__dict__["run"] is dispatcher
+    assert seen == [["V"]] and session._ow_dispatch is dispatcher
 
 
 def test_control_inputs_are_read_per_call(tmp_path):

@@ -133,6 +133,7 @@ class QnnBackend(Backend):
 
     name = "qnn"
     aliases = ("qairt",)
+    suggested_for = ("npu", "htp", "hexagon", "nsp", "dsp")
     execution_providers = ("QNNExecutionProvider",)
     options = OPTIONS
     npu = True

@@ -192,8 +192,9 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
         unique.setdefault(_signature_key(entry, control), index)
     firsts = sorted(set(unique.values()), key=lambda i: -_elements(routed[i]))
     # largest signatures first (longest compiles first: the last compiles, running alone, are short)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
-                                               thread_name_prefix="onnxwrapper-qnn-precompile") as executor:
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
+                                                     thread_name_prefix="onnxwrapper-qnn-precompile")
+    try:
         futures = {i: executor.submit(compiled_one, routed[i]) for i in firsts}
         results = []
         for index, entry in enumerate(routed):
@@ -207,6 +208,8 @@ def _precompile_on(pool: WorkerPool, model, signatures: Sequence[Mapping[str, An
                 on_result(index, result)
             results.append(result)
         return results
+    finally:  # Ctrl-C: the queued compiles are dropped at once, not waited for (the running ones are killed
+        executor.shutdown(wait=False, cancel_futures=True)  # with the pool by precompile())
 
 
 def _signature_key(entry: Mapping[str, Any], control) -> tuple:

@@ -6,7 +6,9 @@ characters are invalid in names, a name may not end in a dot or a space, and ``C
 ``AUX``, ``NUL``, ``COM1``–``COM9``, ``LPT1``–``LPT9`` (with any extension) name devices
 (Microsoft, "Naming Files, Paths, and Namespaces"). :func:`check_label` accepts letters, digits and
 ``_ . + -``, starting with a letter or digit, at most 64 characters, and no device name — a label
-that works as a folder name everywhere — and says what to write instead.
+that works as a folder name everywhere — and says what to write instead. Two labels of one diff
+may not differ only in case: Windows and macOS file systems are case-insensitive by default, so
+``Q=qnn`` and ``q=qnn`` would be one folder.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
 
     Raises:
         onnxwrapper.BackendNotFoundError: an unknown backend name (a usage error).
-        ValueError: empty list, a label given twice, or a label that cannot be a folder name
-            (:func:`check_label`: ``:``, ``?``, ``*``, device names, …).
+        ValueError: empty list, a label given twice (also in another case: ``Q`` and ``q``), or a
+            label that cannot be a folder name (:func:`check_label`: ``:``, ``?``, ``*``, device names, …).
     """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     result: dict[str, str] = {}
@@ -61,6 +63,11 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
         label = check_label(label) if "=" in item else canonical
         if label in result:
             raise ValueError(f"backend label '{label}' is given twice; name the second run 'LABEL={name}'.")
+        same = next((other for other in result if other.lower() == label.lower()), None)
+        if same is not None:
+            raise ValueError(f"backend labels '{same}' and '{label}' differ only in case: on Windows and macOS they "
+                             f"name the same folder of the diff directory; name the second run e.g. "
+                             f"'{label}2={name}'.")
         result[label] = canonical
     if not result:
         raise ValueError("no backend given (expected e.g. 'cpu,qnn').")

@@ -30,18 +30,18 @@ _ONNX_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "in
                "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
 
 
-def _link(binary: str, folder: str) -> str:
-    """Make ``binary`` reachable as ``folder/<name>`` (ORT only accepts a relative ep_cache_context
-    without ``..``): symlink, else hard link, else copy. Returns the relative name."""
+def _copy_in(binary: str, folder: str) -> str:
+    """Copy ``binary`` into ``folder`` (ORT only accepts a relative ep_cache_context without ``..``)
+    and return its name there. A copy, not a link: the artifact cache never follows a symbolic link
+    (it would take the entry for corrupt and rebuild it on every open), and a hard link would let a
+    change of the user's file change the cached entry behind its checksums."""
     name = os.path.basename(binary)
-    target = os.path.join(folder, name)
-    for make in (os.symlink, os.link, shutil.copyfile):
-        try:
-            make(os.path.abspath(binary), target)
-            return name
-        except (OSError, NotImplementedError):
-            continue
-    raise ArtifactError(f"Cannot make {binary} visible from {folder}.", path=binary)
+    try:
+        shutil.copyfile(binary, os.path.join(folder, name))
+    except OSError as exc:
+        raise ArtifactError(f"Cannot copy the context binary {binary} into the cache folder {folder}: {exc}",
+                            path=binary) from exc
+    return name
 
 
 def epcontext_model(binary: str, graph: GraphInfo, folder: str, *, onnx_model=None, name_map=None,
@@ -50,7 +50,7 @@ def epcontext_model(binary: str, graph: GraphInfo, folder: str, *, onnx_model=No
 
     The EPContext node lists the graph's tensors in QNN order (the QNN EP binds them by position;
     verified with onnxruntime-qnn 2.7.0), its ``name``/``partition_name`` is the QNN graph name and
-    ``ep_cache_context`` is the binary, linked into ``folder`` (embed mode 0). With ``onnx_model``
+    ``ep_cache_context`` is the binary, copied into ``folder`` (embed mode 0). With ``onnx_model``
     the model's inputs/outputs carry the ONNX names, order, element types and dims (matched with
     :func:`onnxwrapper.backends._foreign_io.plan_io`: exact, sanitized or ``name_map`` names);
     without it, the QNN names and types.
@@ -85,7 +85,7 @@ def epcontext_model(binary: str, graph: GraphInfo, folder: str, *, onnx_model=No
     by_index = [sorted(plan.tensors, key=lambda p: p.index) for plan in plans]
     node = h.make_node("EPContext", [p.onnx.name for p in by_index[0]], [p.onnx.name for p in by_index[1]],
                        name=graph.name, domain="com.microsoft", main_context=1, embed_mode=0,
-                       ep_cache_context=_link(binary, folder), partition_name=graph.name,
+                       ep_cache_context=_copy_in(binary, folder), partition_name=graph.name,
                        source="QNNExecutionProvider", ep_sdk_version=build_id)
 
     def value_info(p):

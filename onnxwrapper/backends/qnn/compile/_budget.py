@@ -12,8 +12,9 @@ recovery ladder (:mod:`onnxwrapper.backends.qnn.recovery._recovery`) takes over.
   = 300 — about 9× the simulator's resnet50 compile; ``aipc --compile-timeout``).
 * Memory: backend option ``compile_memory_mb`` (MiB of the compiler process's resident memory,
   default half the machine's physical memory, :func:`default_compile_memory_mb`; ``aipc
-  --compile-memory-mb``). Read from ``/proc/<pid>/statm`` on Linux, else with psutil when it is
-  installed; where neither works the memory budget is not enforced (the wall time still is).
+  --compile-memory-mb``). Read from ``/proc/<pid>/statm`` on Linux, else with psutil (a dependency
+  on Windows; optional on macOS); where neither works the memory budget is not enforced (the wall
+  time still is) and the first compile with a budget says so once (WARNING).
 * Total per model: backend option ``compile_budget`` (seconds, default :data:`DEFAULT_TOTAL_BUDGET_S`
   = 600; ``aipc --compile-budget``) bounds every compile of one model's recovery ladder together —
   the compile as given and every rung after it (:func:`total_budget`). Each compile then gets at
@@ -101,12 +102,30 @@ def compile_seconds(per_compile: float | None) -> float | None:
 
 
 def default_compile_memory_mb() -> int:
-    """Half the machine's physical memory in MiB (``os.sysconf``; 8192 where it cannot be read)."""
+    """Half the machine's physical memory in MiB (``os.sysconf``, else psutil — Windows has no
+    ``sysconf``; 8192 where neither can read it)."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 8192
+        try:
+            import psutil  # a dependency on Windows
+            total = psutil.virtual_memory().total
+        except Exception:  # noqa: BLE001 - ImportError, or psutil cannot read it
+            return 8192
     return max(512, int(total // _MIB // 2))
+
+
+_unenforced_said = False
+
+
+def _say_unenforced(memory_mb: float) -> None:
+    """One WARNING per process: the memory budget cannot be enforced on this host."""
+    global _unenforced_said
+    if not _unenforced_said:
+        _unenforced_said = True
+        _log.warning("onnxwrapper qnn: the compile memory budget (compile_memory_mb=%g) is not enforced on this host: "
+                     "the compiler's memory cannot be read (no /proc, and psutil is not installed: pip install "
+                     "psutil); the time budget still is", memory_mb)
 
 
 def process_rss_mb(pid: int) -> float | None:
@@ -155,6 +174,8 @@ class CompileWatch:
             rss = process_rss_mb(self.pid)
             if rss is not None:
                 self.peak_mb = max(self.peak_mb or 0.0, rss)
+            elif self.memory_mb is not None:
+                _say_unenforced(self.memory_mb)
         if elapsed >= self._next_progress:
             self._next_progress += PROGRESS_EVERY_S
             memory = f", compiler {self.peak_mb:.0f} MiB" if self.peak_mb else ""

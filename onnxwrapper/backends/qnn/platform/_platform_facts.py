@@ -25,12 +25,14 @@ from onnxwrapper.kernel import host_architecture
 __all__ = ["qnn_platform_facts", "skel_facts"]
 
 
-def skel_facts(htp_arch: int | None, folder: str | None, environ=None) -> dict[str, Any]:
+def skel_facts(htp_arch: int | None, folder: str | None, environ=None, ort_default: bool = False) -> dict[str, Any]:
     """Where the HTP skel for ``htp_arch`` is and whether FastRPC's search path covers it.
 
     Args:
         htp_arch: the device's HTP architecture (``None``: unknown). folder: onnxruntime-qnn's
             library folder. environ: the environment to read (defaults to ``os.environ``).
+        ort_default: onnxruntime-qnn itself sets ``ADSP_LIBRARY_PATH`` to ``folder`` when it is unset
+            (Linux aarch64: ``QnnBackendManager::LoadBackend``).
 
     Returns:
         ``{"skel": file name or None, "skel_present": bool, "adsp_library_path": str or None,
@@ -41,7 +43,7 @@ def skel_facts(htp_arch: int | None, folder: str | None, environ=None) -> dict[s
     present = bool(name and folder and os.path.isfile(os.path.join(folder, name)))
     value = env.get(ADSP_LIBRARY_PATH)
     searched = [os.path.normcase(os.path.abspath(p)) for p in (value or "").split(";") if p]
-    on_path = bool(folder) and os.path.normcase(os.path.abspath(folder)) in searched
+    on_path = bool(folder) and (os.path.normcase(os.path.abspath(folder)) in searched or (ort_default and not value))
     if name is None:
         verdict = "unknown HTP architecture: cannot name the skel"
     elif not present:
@@ -49,6 +51,8 @@ def skel_facts(htp_arch: int | None, folder: str | None, environ=None) -> dict[s
     elif not on_path:
         verdict = (f"{name} is present but not on {ADSP_LIBRARY_PATH} ({value or 'unset'}): FastRPC may not find it "
                    f"(set {ADSP_LIBRARY_PATH} to {folder})")
+    elif not value:
+        verdict = f"{name} present; onnxruntime-qnn sets {ADSP_LIBRARY_PATH} to its folder when the HTP backend loads"
     else:
         verdict = f"{name} present and on {ADSP_LIBRARY_PATH}"
     return {"skel": name, "skel_present": present, "adsp_library_path": value, "on_search_path": on_path,
@@ -89,7 +93,8 @@ def qnn_platform_facts() -> dict[str, Any]:
         facts["soc"] = None if soc is None else {"soc_model": soc.soc_model, "htp_arch": arch, "vtcm_mb": soc.vtcm_mb,
                                                  "name": soc.name, "source": soc.source, "text": soc.describe()}
         facts["fp16"] = None if soc is None else soc.fp16
-        facts["skel"] = (skel_facts(arch, folder) if adsp_applies(host_architecture()) else
+        host = host_architecture()
+        facts["skel"] = (skel_facts(arch, folder, ort_default=host.system == "Linux") if adsp_applies(host) else
                          {"verdict": f"not checked on {sys.platform}"})
         return facts
     target = TARGETS[DEFAULT_SIMULATOR_TARGET]

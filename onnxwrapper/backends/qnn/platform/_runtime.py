@@ -12,8 +12,13 @@ Facts this module is built on (onnxruntime 1.31.1 + onnxruntime-qnn 2.7.0, x86-6
   in any order, and on Linux aarch64 no NPU device at all: :func:`htp_device` picks the one device
   ORT is handed (:mod:`onnxwrapper.backends.qnn.platform._devices` has the facts per platform).
 * Before the EP is registered, ``ADSP_LIBRARY_PATH`` is pointed at onnxruntime-qnn's folder (its
-  HTP skels) on ARM64 Windows and Linux when the user has not set it
-  (:mod:`onnxwrapper.backends._adsp_path`).
+  HTP skels) on ARM64 Windows when the user has not set it (:mod:`onnxwrapper.backends._adsp_path`);
+  on Linux aarch64 onnxruntime-qnn sets that default itself when the HTP backend loads
+  (``QnnBackendManager::LoadBackend``) and warns "Using existing ADSP_LIBRARY_PATH setting …, which
+  may cause the HTP backend to fail" when it finds the variable set, so it is left alone there.
+  On a Linux aarch64 board whose FastRPC node is the downstream ``/dev/adsprpc-smd`` only,
+  ``ORT_QNN_ENABLE_CPU_BACKEND=1`` is set when unset, or the EP would list no device
+  (:func:`~onnxwrapper.backends.qnn.platform._devices.cpu_backend_needed`).
 * The first QNN session of a process prints ``" # LIBNATIVE: No alternate configuration present in
   libnative_tls.conf …"`` on **stdout** (native code, file descriptor 1). :func:`native_stdout_guard`
   redirects fd 1 into a temporary file around the first QNN session creation only, drops that
@@ -39,7 +44,8 @@ import threading
 from typing import Any, Iterator, Mapping
 
 from onnxwrapper.backends._adsp_path import ensure_adsp_library_path
-from onnxwrapper.backends.qnn.platform._devices import HtpDevice, choose_htp_device, dsp_device_nodes
+from onnxwrapper.backends.qnn.platform._devices import (CPU_BACKEND_ENV, HtpDevice, choose_htp_device,
+                                                        cpu_backend_needed, dsp_device_nodes)
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import RecordingSessionOptions, host_architecture, recorded_calls, replay_calls
 
@@ -96,7 +102,7 @@ def htp_device() -> HtpDevice:
 
     _register()
     listed = [d for d in onnxruntime.get_ep_devices() if d.ep_name == EP_NAME]
-    return choose_htp_device(listed, host_architecture(), dsp_device_nodes())
+    return choose_htp_device(listed, host_architecture(), dsp_device_nodes(), os.environ.get(CPU_BACKEND_ENV))
 
 
 def ensure_registered() -> list:
@@ -118,8 +124,9 @@ def ensure_registered() -> list:
 
 
 def _register() -> None:
-    """Register the QNN plugin EP once per process (thread-safe), after pointing
-    ``ADSP_LIBRARY_PATH`` at its HTP skels where that applies."""
+    """Register the QNN plugin EP once per process (thread-safe), after preparing the environment it
+    reads (module docstring: ``ADSP_LIBRARY_PATH`` on Windows ARM64, ``ORT_QNN_ENABLE_CPU_BACKEND`` on
+    a downstream-kernel Linux board)."""
     global _registered
     import onnxruntime
 
@@ -132,7 +139,7 @@ def _register() -> None:
                     f"Backend 'qnn' needs onnxruntime-qnn, which cannot be imported ({exc}). To fix: {INSTALL_HINT}.",
                     backend="qnn", reason=f"onnxruntime-qnn is not installed ({exc})",
                     install_hint=INSTALL_HINT) from exc
-            ensure_adsp_library_path([os.path.dirname(onnxruntime_qnn.get_library_path())], host_architecture())
+            _prepare_environment(os.path.dirname(onnxruntime_qnn.get_library_path()))
             if not any(d.ep_name == EP_NAME for d in onnxruntime.get_ep_devices()):
                 try:
                     onnxruntime.register_execution_provider_library(EP_NAME, onnxruntime_qnn.get_library_path())
@@ -142,6 +149,18 @@ def _register() -> None:
                             f"The QNN execution provider library could not be registered: {exc}",
                             backend="qnn", reason=str(exc), install_hint=INSTALL_HINT) from exc
             _registered = True
+
+
+def _prepare_environment(folder: str) -> None:
+    """What the QNN EP reads from the environment when it is registered (module docstring)."""
+    host = host_architecture()
+    if host.system == "Windows":
+        ensure_adsp_library_path([folder], host)
+    if cpu_backend_needed(host, dsp_device_nodes(), os.environ):
+        os.environ[CPU_BACKEND_ENV] = "1"
+        _log.info("onnxwrapper qnn: %s=1 set: this board's FastRPC node is /dev/adsprpc-smd, for which "
+                  "onnxruntime-qnn lists no NPU device; its CPU device drives the HTP with backend_type=htp",
+                  CPU_BACKEND_ENV)
 
 
 def _fflush_all() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, NamedTuple
 
@@ -107,9 +108,7 @@ class QnnStaticSession(BackendSession):
         self.ort_args = OrtSessionArgs(ctx_path, sess_options, None, None, dict(kwargs, enable_fallback=0),
                                        guard=guard, read_assignment=report is None)
         self.report = report
-        self.strict = strict
-        self.label = label
-        self.warn_key = warn_key
+        self.strict, self.label, self.warn_key = strict, label, warn_key
         self.artifacts = [artifact]
         self.model_meta = model_meta
         self.user_so = user_so
@@ -211,8 +210,10 @@ class QnnDynamicSession(BackendSession):
         self.user_so = user_so
         self.buckets = buckets
         self.output_names = list(output_names)
-        #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release
-        self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names))
+        #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release;
+        #: they hold this session through a weak proxy (no reference cycle: freed with its last reference)
+        owner = weakref.proxy(self)
+        self.plans = RunPlans(lambda feed, names: plan_run(owner, feed, names))
 
     def describe(self) -> SessionDescription:
         """The metadata session (never run); run methods served here; feeds validated by the façade,

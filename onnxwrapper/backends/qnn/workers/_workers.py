@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import threading
@@ -52,7 +51,7 @@ from onnxwrapper.backends.qnn.workers._server import server_enabled
 from onnxwrapper.backends.qnn.workers._shared import ServerBusy, ServerUnavailable, SharedWorker
 from onnxwrapper.backends.qnn.workers._worker_main import decode_error, execute
 from onnxwrapper.errors import BackendCompileError
-from onnxwrapper.kernel import shapes_note
+from onnxwrapper.kernel import crash_name, shapes_note
 
 __all__ = ["CompileRequest", "CompileWorker", "WorkerPool", "default_pool", "compile_many"]
 
@@ -63,6 +62,10 @@ _TAIL_LINES = 40
 _LIBNATIVE_MARK = b"# LIBNATIVE:"
 _QUIET = (_LIBNATIVE_MARK,) + tuple(m.encode() for m in UNWRITABLE_MARKERS)
 _COLOR_RESET = b"\x1b[m"
+#: a worker in a process group of its own: a terminal's Ctrl-C reaches this process only, which
+#: kills its busy workers (no second traceback from a worker), while an idle one ends on stdin EOF
+_OWN_GROUP: dict = ({"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if sys.platform == "win32"
+                    else {"start_new_session": True})
 
 
 class _WorkerStartError(Exception):
@@ -96,7 +99,8 @@ class CompileWorker:
             proc = subprocess.Popen([sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path]),
                                      json.dumps(dict(warm_options) if warm_options else None)],
                                     stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
+                                    **_OWN_GROUP)
         except OSError as exc:
             raise _WorkerStartError(f"{type(exc).__name__}: {exc}") from exc
         self._drain = threading.Thread(target=self._forward, args=(proc.stderr,), daemon=True,
@@ -176,12 +180,7 @@ class CompileWorker:
             code = proc.wait()
         if self._drain is not None:
             self._drain.join(5)
-        name = None
-        if code is not None and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
+        name = crash_name(code)  # a POSIX signal, or a Windows NTSTATUS such as ACCESS_VIOLATION (0xC0000005)
         tail = self._tail_text()
         shapes = dict(request.shapes) if request.shapes else None
         where = f"{request.label}" + (f" [{shapes_note(shapes)}]" if shapes else "")
@@ -230,6 +229,7 @@ class WorkerPool:
         self.size = max(1, int(size))
         self._in_process = False
         self._shared = SharedWorker() if shared else None
+        self._closed = False  # after close(): requests fail at once (an interrupted command's queue drains)
 
     def start(self, warm_options: Mapping[str, str] | None = None) -> None:
         """Start every worker the pool may have, now, in background threads (they are otherwise
@@ -268,6 +268,9 @@ class WorkerPool:
     def _take(self) -> CompileWorker:
         with self._lock:
             while True:
+                if self._closed:
+                    raise BackendCompileError("The compile pool is closed (the command was interrupted or has "
+                                              "ended): nothing more is compiled.", backend="qnn")
                 if self._idle:
                     return self._idle.pop()
                 if len(self._all) < self.size:
@@ -307,9 +310,11 @@ class WorkerPool:
         return execute(request)
 
     def close(self) -> None:
-        """Stop every worker (idle ones exit at once; busy ones are killed)."""
+        """Stop every worker (idle ones exit at once; busy ones are killed); later requests fail at once."""
         with self._lock:
             workers, self._all, self._idle = list(self._all), [], []
+            self._closed = True
+            self._lock.notify_all()
         for worker in workers:
             worker.stop(kill=worker.busy)
 
@@ -363,9 +368,9 @@ def compile_many(requests: Sequence[CompileRequest], jobs: int = 1) -> list[Any]
         except Exception as exc:  # noqa: BLE001 - returned to the caller, per request
             return exc
 
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=pool.size, thread_name_prefix="onnxwrapper-qnn-compile")
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=pool.size,
-                                                   thread_name_prefix="onnxwrapper-qnn-compile") as executor:
-            return list(executor.map(one, requests))
-    finally:
+        return list(executor.map(one, requests))
+    finally:  # Ctrl-C: queued requests dropped, busy workers killed, nothing waited for
+        executor.shutdown(wait=False, cancel_futures=True)
         pool.close()
