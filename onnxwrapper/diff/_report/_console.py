@@ -196,6 +196,9 @@ def render_table(result, *, color: bool = False, width: int | None = None) -> st
         lines.append(_paint(line, _GREEN if r.ok else _YELLOW, color) if color else line)
         if not r.ok and (r.cause or r.message):
             lines.append(f"      cause: {r.cause or r.message.splitlines()[0]}")
+        if getattr(r, "retried", ""):
+            lines.append("      run again alone: its first attempt failed while another run of the script was going "
+                         "(see the note)")
     if result.timings:
         lines += timing_lines(result.timings)
     lines += _app_lines(result)
