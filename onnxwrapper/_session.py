@@ -140,7 +140,7 @@ class InferenceSession(_ORT):
             impl = description.runs.get(method)
             if impl is None:
                 impl = self._ow_unsupported(method) if self._ow_foreign else getattr(super(), method)
-            impls[method] = impl
+            impls[method] = impl if description.watch is None else description.watch(method, impl)
         self._ow_impls = impls
         #: run methods whose feeds the façade validates: the backend's own callables, when it asks
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()

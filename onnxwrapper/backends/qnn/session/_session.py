@@ -37,6 +37,7 @@ from onnxwrapper.backends.qnn.session._context_budget import context_bytes, load
 from onnxwrapper.backends.qnn.session._dispatch import plan_run
 from onnxwrapper.backends.qnn.session._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn.session._partition_check import check_partition
+from onnxwrapper.backends.qnn.session._run_progress import simulator_watch
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
 from onnxwrapper.kernel import NonFiniteInputCheck, PartitionReport, RunPlans
 
@@ -116,7 +117,7 @@ class QnnStaticSession(BackendSession):
 
     def describe(self) -> SessionDescription:
         """ORT's session of the EPContext model; a precompiled one's assignment is read back (:meth:`loaded`)."""
-        return SessionDescription(ort=self.ort_args, feed_check=self.nonfinite_check)
+        return SessionDescription(ort=self.ort_args, feed_check=self.nonfinite_check, watch=simulator_watch(self.label))
 
     def loaded(self, graph_assignment) -> None:
         """Read the partition of a precompiled artifact; refuse a session QNN took no node of;
@@ -206,14 +207,16 @@ class QnnDynamicSession(BackendSession):
         self._lock = threading.RLock()
         self.user_so = user_so
         #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release
-        self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names))
+        watch = self._watch = simulator_watch(label)  # progress lines of a long call on the simulator
+        self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names) if watch is None else watch(
+            "run", plan_run(self, feed, names)))
 
     def describe(self) -> SessionDescription:
         """The metadata session (never run); run methods served here; feeds validated by the façade,
         which runs a validated kind of call by its plan (:attr:`plans`)."""
         return SessionDescription(ort=self.ort_args, validate_feeds=True, plans=self.plans, runs={
             "run": self.run, "run_with_ort_values": self.run_with_ort_values, "run_async": self.run_async,
-            "run_with_iobinding": self.run_with_iobinding})
+            "run_with_iobinding": self.run_with_iobinding}, watch=self._watch)
 
     def providers(self) -> list[str]:
         """What ORT + QNN EP reports: ``['QNNExecutionProvider', 'CPUExecutionProvider']``."""
