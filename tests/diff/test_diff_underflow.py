@@ -80,13 +80,17 @@ def _sqrt_of_squares() -> bytes:
 
 
 def test_a_square_root_saturating_at_exact_zeros_is_not_blamed_on_underflow(tmp_path):
-    """faster-whisper's STFT on the HTP: ``Pow(x, 2)`` is −4 at x = −0, the ``Sqrt`` saturates there.
-    Its other inputs are small (squares of 1e-4, below the range, flushed by FP16) — the report
-    lists them, but the cause is the saturation: the error is at the zeros, not at the small values."""
+    """faster-whisper's STFT on the HTP: ``Pow(x, 2)`` is −4 at x = −0, the ``Sqrt`` saturates there,
+    where the reference power is tiny. Its other inputs are small too (squares of 1e-4, flushed by
+    FP16) — the report lists them, but the cause is the saturation: where the error is, the backend's
+    input is −4, not a value lost to underflow."""
     x = np.full((1, 64), 1e-4, np.float32)
     x[0, ::2] = np.linspace(0.5, 20, 32)  # the squares keep the bar despite the −4s
-    x[0, 1::8] = -0.0
-    bad = {"sq": np.where(x == 0, -4.0, np.where(np.abs(x) < 1e-2, 0.0, x * x)).astype(np.float32)}
+    x[0, 1::8] = 1e-5  # squares of 1e-10: below the range, and where the kernel returns −4 (as at −0 on the HTP)
+    x[0, 3::16] = -0.0
+    bug = np.zeros_like(x, bool)
+    bug[0, 1::8] = True
+    bad = {"sq": np.where(bug, -4.0, np.where(np.abs(x) < 1e-2, 0.0, x * x)).astype(np.float32)}
     bad["y"] = np.where(bad["sq"] < 0, 131008.0, np.sqrt(np.maximum(bad["sq"], 0))).astype(np.float32)
 
     def kernel_bug(backend, options, sdir, request_path):
@@ -103,5 +107,6 @@ def test_a_square_root_saturating_at_exact_zeros_is_not_blamed_on_underflow(tmp_
     loc = _localize(tmp_path, _sqrt_of_squares(), {"x": x}, kernel_bug, ["y"])
     assert loc.cause == "saturation" and loc.culprit["node"] == "square", loc.message
     assert [u["tensor"] for u in loc.underflows] == ["sq"] and loc.underflows[0]["feeds"][0]["op_type"] == "Sqrt"
-    assert loc.underflows[0]["zeros"] == 8  # the −0 positions: zeros are not underflow
+    assert loc.underflows[0]["zeros"] == 4  # the −0 positions: zeros are not underflow
+    assert loc.underflows[0]["below"] == 28 and loc.underflows[0]["lost"] == 20  # the −4s are not lost to underflow
 

@@ -16,9 +16,10 @@ below 2⁻¹⁴ count.
 how many of them the backend lost (its value off by more than FP16's budget, 2⁻⁵, relative to the
 element). :func:`find_underflow` names the cause: the first node below the bar (or the first that
 saturates) is such a sensitive operation, one of its sensitive inputs holds values below the range
-that the backend lost, and most of the node's error (its energy, :data:`EXPLAINED`) is at those
-positions — so a node that is wrong for another reason (a kernel bug at exact zeros that makes a
-square root saturate) is not blamed on underflow. A tensor
+that the backend lost to underflow (its value there is off and itself below the range: flushed to
+zero or a subnormal), and most of the node's error (its energy, :data:`EXPLAINED`) is at those
+positions — so a node that is wrong for another reason (a kernel that returns −4 where the
+reference is 0 or 1e-10, and a square root saturating there) is not blamed on underflow. A tensor
 whose reference values are *all* below the range and that falls below the bar itself is named
 too. :func:`underflow_notes` lists every measured tensor with values below the range that feeds a
 sensitive operation, for the report.
@@ -78,24 +79,35 @@ def constant_arrays(model) -> dict:
     return {i.name: _array(i) for i in model.graph.initializer}
 
 
+def _tiny(r: np.ndarray) -> np.ndarray:
+    mag = np.abs(r.astype(np.float64, copy=False))
+    return (mag > 0) & (mag < FP16_MIN_NORMAL)
+
+
+def _lost(r: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Mask of the values below the range that the backend lost *to underflow*: ``y`` off by more
+    than 2⁻⁵ of ``r`` and still below the range itself (flushed to zero, or a subnormal with a few
+    bits) — a backend value far from it (a kernel's −4 where the reference is 1e-10) is wrong for
+    another reason."""
+    rr, yy = r.astype(np.float64, copy=False), y.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _tiny(r) & (np.abs(yy - rr) > 2.0 ** -5 * np.abs(rr)) & (np.abs(yy) < FP16_MIN_NORMAL)
+
+
 def underflow_stats(r: np.ndarray, y: np.ndarray) -> dict | None:
     """``{below, zeros, size, smallest, lost}`` of one tensor: reference values ``r`` that are not
     zero and below :data:`FP16_MIN_NORMAL` in magnitude, exact zeros (not counted as underflow),
     elements, the smallest non-zero magnitude, and how many of those below the range the backend
-    ``y`` lost (``|y − r| > 2⁻⁵·|r|``); ``None`` when no value is below the range (or the arrays
-    are not float arrays of one shape)."""
+    ``y`` lost to underflow (off by more than 2⁻⁵ of the value, and itself below the range);
+    ``None`` when no value is below the range (or the arrays are not float arrays of one shape)."""
     if r.dtype.kind != "f" or y.shape != r.shape or not r.size:
         return None
-    mag = np.abs(r.astype(np.float64, copy=False))
-    tiny = (mag > 0) & (mag < FP16_MIN_NORMAL)
+    tiny = _tiny(r)
     below = int(np.count_nonzero(tiny))
     if not below:
         return None
-    with np.errstate(invalid="ignore", over="ignore"):
-        off = np.abs(y.astype(np.float64)[tiny] - r.astype(np.float64)[tiny])
-        lost = int(np.count_nonzero(~np.isfinite(off) | (off > 2.0 ** -5 * mag[tiny])))
     return {"below": below, "zeros": int(np.count_nonzero(r == 0)), "size": int(r.size),
-            "smallest": float(mag[tiny].min()), "lost": lost}
+            "smallest": float(np.abs(r[tiny]).min()), "lost": int(np.count_nonzero(_lost(r, y)))}
 
 
 def with_underflow(verdict: dict, r: np.ndarray, y: np.ndarray) -> dict:
@@ -107,21 +119,23 @@ def with_underflow(verdict: dict, r: np.ndarray, y: np.ndarray) -> dict:
     return verdict
 
 
-def _explained(u_ref: np.ndarray, y: np.ndarray, r: np.ndarray) -> float:
+def _explained(u_ref: np.ndarray, u_y: np.ndarray, y: np.ndarray, r: np.ndarray) -> float:
     """The share of the output's error energy ``Σ(y − r)²`` (non-finite errors counted as 1e30 each)
-    at the positions where the input ``u_ref`` (broadcast to the output's shape) is below the range;
-    0 when the shapes do not broadcast or there is no error. Energy, not a count: values flushed to
-    zero that change a square root by 1e-4 do not explain a square root saturating elsewhere."""
-    mag = np.abs(u_ref.astype(np.float64, copy=False))
+    at the positions where the backend lost the input's values to underflow (:func:`_lost` of
+    ``u_ref``, ``u_y``, broadcast to the output's shape); 0 when the shapes do not broadcast or there
+    is no error. Energy, not a count: values flushed to zero that change a square root by 1e-4 do
+    not explain a square root saturating elsewhere."""
+    if u_y.shape != u_ref.shape:
+        return 0.0
     try:
-        tiny = np.broadcast_to((mag > 0) & (mag < FP16_MIN_NORMAL), r.shape)
+        lost = np.broadcast_to(_lost(u_ref, u_y), r.shape)
     except ValueError:
         return 0.0
     with np.errstate(invalid="ignore", over="ignore"):
         err = np.abs(y.astype(np.float64) - r.astype(np.float64))
     err = np.where(np.isfinite(err), err, 1e30) ** 2
     total = float(err.sum())
-    return float(err[tiny].sum()) / total if total > 0 else 0.0
+    return float(err[lost].sum()) / total if total > 0 else 0.0
 
 
 def find_underflow(verdicts: dict, graph, model, suspects, value, measure=None) -> dict | None:
@@ -159,9 +173,10 @@ def find_underflow(verdicts: dict, graph, model, suspects, value, measure=None) 
             name = node.input[slot]
             stats = verdicts.get(name, {}).get("underflow")
             u_ref = value(name, "reference") if stats and stats["lost"] else None
-            if u_ref is None:
+            u_y = value(name, "backend") if u_ref is not None else None
+            if u_y is None:
                 continue
-            share = _explained(u_ref, y, r)
+            share = _explained(u_ref, u_y, y, r)
             if share >= EXPLAINED:
                 return _found(name, verdicts, node.name or node.op_type, node.op_type, out, share)
     return None
