@@ -5,9 +5,10 @@ numerics on the host CPU, far slower than the device — a statically quantized 
 about 110 s per ``run`` call, where a Snapdragon NPU takes milliseconds. Without a word the user
 waits and concludes the model (or aipc) is that slow.
 
-A session on the simulator gets a run watch (:func:`simulator_watch`: the
-:attr:`~onnxwrapper.backends.base.SessionDescription.watch` of its description, and its plans): a
-call still running after :data:`RUN_PROGRESS_AFTER_S` seconds logs one WARNING line on logger
+A session on the simulator gets a run watch (:func:`simulator_watch`): a static session through
+its description (:attr:`~onnxwrapper.backends.base.SessionDescription.watch`: the façade wraps ORT's
+run methods), a dynamic one around each specialization's ORT call and its plans (the compile of a
+new shape is not a call's wait: it has progress lines of its own). A call still running after :data:`RUN_PROGRESS_AFTER_S` seconds logs one WARNING line on logger
 ``onnxwrapper.qnn`` (so it reaches stderr without any logging set-up, and ``aipc`` shows it, as the
 compile progress lines), then one every :data:`RUN_PROGRESS_EVERY_S` seconds while it runs. The
 first such line in the process adds that this is the simulator's speed, not the device's; later

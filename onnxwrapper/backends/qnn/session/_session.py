@@ -206,17 +206,17 @@ class QnnDynamicSession(BackendSession):
         self._latest: PartitionReport | None = None
         self._lock = threading.RLock()
         self.user_so = user_so
+        # progress lines of a long call on the simulator: around the specialization's ORT call, not a compile
+        watch = self._watch = simulator_watch(label) or (lambda _method, impl: impl)
         #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release
-        watch = self._watch = simulator_watch(label)  # progress lines of a long call on the simulator
-        self.plans = RunPlans(lambda feed, names: plan_run(self, feed, names) if watch is None else watch(
-            "run", plan_run(self, feed, names)))
+        self.plans = RunPlans(lambda feed, names: watch("run", plan_run(self, feed, names)))
 
     def describe(self) -> SessionDescription:
         """The metadata session (never run); run methods served here; feeds validated by the façade,
         which runs a validated kind of call by its plan (:attr:`plans`)."""
         return SessionDescription(ort=self.ort_args, validate_feeds=True, plans=self.plans, runs={
             "run": self.run, "run_with_ort_values": self.run_with_ort_values, "run_async": self.run_async,
-            "run_with_iobinding": self.run_with_iobinding}, watch=self._watch)
+            "run_with_iobinding": self.run_with_iobinding})
 
     def providers(self) -> list[str]:
         """What ORT + QNN EP reports: ``['QNNExecutionProvider', 'CPUExecutionProvider']``."""
@@ -328,12 +328,12 @@ class QnnDynamicSession(BackendSession):
     def run(self, output_names, input_feed, run_options=None):
         """Run the specialization for the feed's signature (``input_feed`` validated, names resolved)."""
         session, feed = self._route(input_feed, _array_shape)
-        return session.run(output_names, feed, run_options)
+        return self._watch("run", session.run)(output_names, feed, run_options)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their signature."""
         session, feed = self._route(input_dict_ort_values, _ort_value_shape)
-        return session.run_with_ort_values(output_names, feed, run_options)
+        return self._watch("run_with_ort_values", session.run_with_ort_values)(output_names, feed, run_options)
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
         """As ORT's ``run_async``; a missing specialization is compiled first, in the calling thread."""
