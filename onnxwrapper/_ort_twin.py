@@ -55,16 +55,17 @@ def _unsupported(method: str, backend_name: str) -> Callable[..., Any]:
 
 
 def run_callables(methods: Iterable[str], served: Mapping[str, Callable], twin: Any, foreign: bool,
-                  backend_name: str) -> dict[str, Callable]:
+                  backend_name: str, watch: Callable | None = None) -> dict[str, Callable]:
     """``{method: callable}`` for each run method: the backend's own (``served``), else ORT's bound to
     ``twin``, or — for a foreign backend — one raising
-    :class:`~onnxwrapper.errors.BackendCapabilityError`."""
+    :class:`~onnxwrapper.errors.BackendCapabilityError`; each wrapped by ``watch(method, callable)``
+    when given (``SessionDescription.watch``: e.g. the simulator's progress lines of a long call)."""
     found = {}
     for method in methods:
         impl = served.get(method)
         if impl is None:
             impl = _unsupported(method, backend_name) if foreign else types.MethodType(getattr(_ORT, method), twin)
-        found[method] = impl
+        found[method] = impl if watch is None else watch(method, impl)
     return found
 
 

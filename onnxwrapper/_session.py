@@ -125,7 +125,7 @@ class InferenceSession(_ORT):
     # -- the run path ------------------------------------------------------------------------------
     def _ow_bind(self, description: SessionDescription) -> None:
         impls = run_callables(RUN_METHODS, description.runs, self.__dict__.get("_ow_twin"), self._ow_foreign,
-                              self.backend_name)
+                              self.backend_name, description.watch)
         self._ow_impls = impls
         #: run methods whose feeds the façade validates: the backend's own callables, when it asks
         self._ow_validate = frozenset(description.runs) if description.validate_feeds else frozenset()

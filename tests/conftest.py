@@ -34,6 +34,16 @@ def _isolated_compile_cache(tmp_path_factory):
             os.environ[name] = value
 
 
+@pytest.fixture(autouse=True)
+def _library_loggers_given_back():
+    """A test that runs aipc in this process (``aipc.cli.main``) makes the library's loggers aipc's
+    (aipc_loader._verbosity); the next test gets them back as ``import onnxwrapper`` leaves them."""
+    yield
+    verbosity = sys.modules.get("aipc_loader._verbosity")
+    if verbosity is not None and getattr(verbosity, "_state", None) is not None and verbosity._state.adopted:
+        verbosity.release()
+
+
 @pytest.fixture(params=["onnxruntime", "onnxwrapper"])
 def rt(request):
     """The module under test: API-fidelity tests run the same assertions against both."""

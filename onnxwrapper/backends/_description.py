@@ -128,6 +128,10 @@ class SessionDescription:
             of a validated call (e.g. straight to the ORT session of the feed's shapes); the backend
             clears it when a plan goes stale. ``None``: the façade plans calls itself (validation
             once per call key, then the ``run`` callable).
+        watch: ``None``, or ``watch(method, impl) -> callable`` the façade applies to each run
+            callable it binds (:attr:`runs` and ORT's own), e.g. a simulator's progress lines for
+            a call that takes long; the result takes and returns what ``impl`` does. A backend
+            applies it to its own :attr:`plans` itself.
     """
 
     ort: OrtSessionArgs | None = None
@@ -136,6 +140,7 @@ class SessionDescription:
     validate_feeds: bool = False
     feed_check: Callable[[Mapping[str, Any]], bool] | None = None
     plans: Any = None
+    watch: Callable[[str, Callable], Callable] | None = None
 
     def __post_init__(self) -> None:
         if (self.ort is None) == (self.foreign is None):

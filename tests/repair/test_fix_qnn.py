@@ -209,3 +209,33 @@ def test_an_app_level_mismatch_whose_tensors_pass_is_repaired_by_the_script(tmp_
     (m,) = result.models
     assert m.chosen.kind == "cpu" and m.recipe.cpu_subgraphs == (("score",),)
     assert "decision-sensitive output" in m.notes[0] and result.confirmation.passed
+
+
+CQT_SCRIPT = """
+    import numpy as np
+    import onnxruntime as ort
+
+    x = (0.5 * np.sin(2 * np.pi * 0.2 * np.arange(256))).astype(np.float32)[None]
+    y = ort.InferenceSession("cqt.onnx").run(None, {"x": x})[0]
+    print("notes", np.flatnonzero(y[0] > 0).tolist())
+"""
+
+
+def test_an_fp16_underflow_into_a_log_is_localized_and_its_region_repaired_on_the_cpu(tmp_path, child_env):
+    """A constant-Q power spectrum down to 3e-13 and its Log: the HTP reads the quiet bins as zeros
+    (the head's SNR 3.8 dB, another note printed). ``--localize`` names the underflow; ``aipc fix``
+    tries the upscale there, says why it cannot help (the Log), and the region on the CPU passes."""
+    (tmp_path / "cqt.onnx").write_bytes(repair_models.cqt_log())
+    d = tmp_path / "d"
+    proc = aipc_diff(["--localize", "--backends", "cpu,qnn", "--dir", d, "--no-html", write_script(tmp_path, CQT_SCRIPT)],
+                     tmp_path, child_env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (loc,) = json.loads((d / "report.json").read_text())["localizations"]
+    assert loc["cause"] == "underflow" and loc["culprit"]["tensor"] == "power", loc["message"]
+    assert "FP16 underflow: 'power'" in proc.stdout and "it feeds Log 'log'" in proc.stdout
+
+    result = fix(d, confirm=False, env=child_env)
+    assert result.exit_status == 0, result.text()
+    (m,) = result.models
+    assert m.chosen.kind == "cpu" and "underflow region" in m.chosen.title, result.text()
+    assert any("no exact upscale helps" in n and "Log 'log'" in n for n in m.notes), m.notes

@@ -38,7 +38,7 @@ MANIFEST_FORMAT = "onnxwrapper-diff"
 
 _RUN_TYPES = {"backend": str, "label": str, "status": str, "message": str, "cause": str, "signal": str,
               "replay_of": str, "rerun_of": str, "returncode": int, "calls": int, "seconds": (int, float),
-              "exception": bool, "options": dict, "files": dict}
+              "exception": bool, "options": dict, "files": dict, "retried": str}
 _RUN_FILES = ("capture_dir", "stdout", "stderr")
 _TOL_FLOATS = ("atol", "rtol", "quantile", "min_cosine", "min_snr_db", "min_psnr_db", "min_top1")
 _REPEATS = {_sre_parse.MAX_REPEAT, _sre_parse.MIN_REPEAT, getattr(_sre_parse, "POSSESSIVE_REPEAT", None)} - {None}

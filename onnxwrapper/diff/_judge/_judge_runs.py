@@ -55,6 +55,7 @@ def judge_runs(directory: str, manifest: dict, runs: dict, tolerances: Tolerance
     result.directory = directory
     result.script = {**manifest.get("target", {}), "mode": manifest.get("mode", "live")}
     result.notes.extend(device_notes(runs))
+    result.notes.extend(f"{lb}: {r.retried}" for lb, r in runs.items() if getattr(r, "retried", ""))
     if caps.get(reference) is not None and not caps[reference].calls and runs.get(reference) and runs[reference].ok:
         result.notes.append("the script made no InferenceSession run call on the reference: nothing was compared "
                             "(does it create its sessions through onnxruntime / onnxwrapper?).")

@@ -170,7 +170,9 @@ class Localization:
     Attributes:
         backend, model: what was localized. call: ``(session, index)`` of the call used.
         method: ``"all"`` (every candidate tensor exposed at once) or ``"bisect"``.
-        cause: ``"overflow"`` (FP16 range), ``"node"`` (one node breaks), ``"amplification"``
+        cause: ``"overflow"`` (FP16 range), ``"underflow"`` (values below FP16's normal range feeding a
+            log, a division, a reciprocal, a square root or a normalization), ``"saturation"``,
+            ``"node"`` (one node breaks), ``"amplification"``
             (a node amplifies upstream error), ``"accumulation"`` (the error grows smoothly),
             ``"none"`` (no exposed tensor below the bar) or ``""`` (incomplete).
         culprit: the node named by ``cause`` (for accumulation: the first node below the bar), as
@@ -181,6 +183,10 @@ class Localization:
         suspects: FP16 range problems: ``{"node", "op_type", "tensor", "max_abs", "saturated",
             "limit", "precision"}`` per node whose reference exceeds ±65504 or whose backend output
             saturates.
+        underflows: FP16 underflow notes: ``{"node", "op_type", "tensor", "below", "zeros", "size",
+            "smallest", "lost", "feeds"}`` per measured tensor whose reference holds non-zero values
+            below 6.1e-5 (``below`` of ``size``; exact zeros, ``zeros``, are not underflow; ``lost``:
+            those the backend got wrong) and that feeds such an operation (``feeds``: ``[{node, op_type}]``).
         bar_db: the SNR bar each tensor was held to. isolated_snr_db: SNR of the first failing node
             run alone on the reference's inputs (``None`` when not run).
         profile: ``[[node, op_type, snr_db], …]`` in graph order (measured tensors).
@@ -197,6 +203,7 @@ class Localization:
     first: dict | None = None
     chain: list = field(default_factory=list)
     suspects: list = field(default_factory=list)
+    underflows: list = field(default_factory=list)
     bar_db: float | None = None
     isolated_snr_db: float | None = None
     profile: list = field(default_factory=list)

@@ -3,7 +3,7 @@
 Every exposed node output is compared with the reference node's output by a scale-relative
 criterion — its SNR against the SNR bar of the run's precision (the output default,
 :func:`onnxwrapper.diff._judge._tolerance.snr_bar_db`), never an output's absolute tolerance applied to
-intermediates of another scale. From those measurements one of four causes is named:
+intermediates of another scale. From those measurements one of these causes is named:
 
 ``overflow``
     (FP16) a node whose reference output exceeds ±65504, the IEEE 754 binary16 range, and whose
@@ -12,6 +12,12 @@ intermediates of another scale. From those measurements one of four causes is na
     bar and recovered). Named: the first node of that out-of-range region (walking up through
     inputs beyond the range too). A node beyond the range whose result stays accurate (the QNN
     HTP simulator computes values up to 131008) is only listed.
+``underflow``
+    (FP16) the first node below the bar (or the first that saturates) is a logarithm, a division, a
+    reciprocal, a square root or a normalization, and its wrong values sit where an input's
+    reference values are below FP16's smallest normal number (6.1e-5) and the backend lost them
+    (:mod:`onnxwrapper.diff._localize._underflow`); or a tensor whose values are all below that
+    range falls below the bar itself. Named: the tensor holding those values.
 ``saturation``
     (FP16) a node whose backend output holds the FP16 limit (±65504, or 131008 on the QNN HTP
     simulator, which also encodes NaN/±Inf that way) where the reference is finite and within
@@ -43,6 +49,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from onnxwrapper.diff._judge import FP16_MAX
+from onnxwrapper.diff._localize._underflow import underflow_message
 
 __all__ = ["SHARP_DROP_DB", "NodeVerdict", "Graph", "pick_suspect", "classify", "isolated_model", "input_snr"]
 
@@ -134,7 +141,7 @@ def pick_suspect(verdicts: dict, graph: Graph, precision: str) -> tuple[str, str
 
 
 def classify(verdicts: dict, graph: Graph, bar: float, precision: str, isolated_snr: float | None,
-             isolated_wrong: int = 0, trace=()) -> tuple[str, dict | None, str]:
+             isolated_wrong: int = 0, trace=(), underflow: dict | None = None) -> tuple[str, dict | None, str]:
     """``(cause, culprit verdict or None, sentence)`` from the measurements (module docstring).
 
     Args:
@@ -146,8 +153,13 @@ def classify(verdicts: dict, graph: Graph, bar: float, precision: str, isolated_
         trace: for a saturation, the saturated positions followed upstream through same-shaped
             inputs already wrong there: ``[{node, op_type, tensor, backend, reference, …}]``, the
             last entry being where the wrong values start.
+        underflow: the FP16 underflow that explains the failure
+            (:func:`~onnxwrapper.diff._localize._underflow.find_underflow`), or ``None``; an overflow
+            upstream is named before it.
     """
     kind, t = pick_suspect(verdicts, graph, precision)
+    if underflow is not None and kind != "overflow":
+        return "underflow", verdicts[underflow["tensor"]], underflow_message(underflow, verdicts, bar)
     if kind == "none":
         return "none", None, ("no exposed intermediate tensor falls below the bar: the divergence appears only "
                               "when the graph runs unmodified (exposing outputs changed how the backend "
@@ -228,7 +240,7 @@ def isolated_model(model, node, arrays: dict) -> bytes | None:
         return None
     inits = {i.name: i for i in model.graph.initializer}
     graph_inputs, kept = [], []
-    for name in node.input:
+    for name in dict.fromkeys(node.input):  # once each: Mul(x, x) reads x twice
         if not name:
             continue
         if name in inits:

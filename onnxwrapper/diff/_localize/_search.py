@@ -40,6 +40,7 @@ import numpy as np
 from onnxwrapper.diff._judge import FP16_MAX, ArrayPair, Localization, Tolerance, compute_metrics, snr_bar_db
 from onnxwrapper.diff._localize._cause import Graph, NodeVerdict, classify, isolated_model, pick_suspect
 from onnxwrapper.diff._localize._expose import Candidate, candidate_tensors, expose_tensors, load_model, run_exposed
+from onnxwrapper.diff._localize._underflow import find_underflow, underflow_notes, with_underflow
 
 __all__ = ["Candidate", "candidate_tensors", "expose_tensors", "run_exposed", "localize", "FP16_MAX", "node_bar"]
 
@@ -70,9 +71,9 @@ def _judge(c: Candidate, r: np.ndarray, y: np.ndarray, bar: float) -> NodeVerdic
         if metrics.get("nonfinite_mismatch"):
             failed.append(f"{int(metrics['nonfinite_mismatch'])} NaN/Inf mismatch(es)")
         passed = not failed
-    return NodeVerdict(node=c.node, op_type=c.op_type, tensor=c.tensor, index=c.index, passed=passed,
-                       metrics={k: metrics[k] for k in _KEEP if k in metrics}, failed=failed,
-                       reference_max_abs=rmax, saturated=int(metrics.get("fp16_saturated", 0)))
+    return with_underflow(NodeVerdict(node=c.node, op_type=c.op_type, tensor=c.tensor, index=c.index, passed=passed,
+                                      metrics={k: metrics[k] for k in _KEEP if k in metrics}, failed=failed,
+                                      reference_max_abs=rmax, saturated=int(metrics.get("fp16_saturated", 0))), r, y)
 
 
 class _Rounds:
@@ -342,18 +343,22 @@ def _finish(loc, model, cands, verdicts, precision, failing_outputs, bar, rounds
                      "saturated": v.get("saturated", 0), "limit": FP16_MAX, "precision": precision}
                     for t, v in ((t, verdicts[t]) for t in graph.order if t in verdicts)
                     if precision == "fp16" and (v["reference_max_abs"] > FP16_MAX or v.get("saturated"))]
+    loc.underflows = underflow_notes(verdicts, graph, model) if precision == "fp16" else []
     kind, suspect = pick_suspect(verdicts, graph, precision)
     isolated, saturated, wrong, trace = None, 0, 0, []
-    if kind == "saturation":
+    under = find_underflow(verdicts, graph, model, [suspect] if kind in ("first", "saturation") and precision == "fp16"
+                           else [], rounds.value, lambda node: _measure_inputs(
+                               loc, node, by_tensor, verdicts, graph.exact, rounds, bar))
+    if kind == "saturation" and under is None:
         trace = _trace_saturation(suspect, graph, rounds)
         suspect = trace[-1]["tensor"] if trace else suspect
-    if kind in ("first", "saturation"):
+    if kind in ("first", "saturation") and under is None:
         node = graph.nodes[suspect]
         _measure_inputs(loc, node, by_tensor, verdicts, graph.exact, rounds, bar)
         if isolate:
             isolated, saturated, wrong = _isolate(loc, model, node, rounds, inputs, rounds.workdir)
             loc.isolated_snr_db = isolated
-    loc.cause, culprit, loc.message = classify(verdicts, graph, bar, precision, isolated, saturated + wrong, trace)
+    loc.cause, culprit, loc.message = classify(verdicts, graph, bar, precision, isolated, saturated + wrong, trace, under)
     loc.culprit = dict(culprit) if culprit is not None else None
     first = next((c for c in cands if c.tensor in verdicts and not verdicts[c.tensor]["passed"]), None)
     loc.first = dict(verdicts[first.tensor]) if first is not None else None

@@ -17,7 +17,7 @@ import math
 from onnxwrapper.diff._report._console_text import console_safe
 from onnxwrapper.diff._runs import timing_lines
 
-__all__ = ["render_table", "fmt", "fmt_metric"]
+__all__ = ["underflow_text", "render_table", "fmt", "fmt_metric"]
 
 _GREEN, _RED, _YELLOW, _BOLD, _RESET = "\033[32m", "\033[31m", "\033[33m", "\033[1m", "\033[0m"
 _MAX_DIFF_LINES = 20
@@ -144,6 +144,15 @@ def _app_lines(result) -> list[str]:
     return lines
 
 
+def underflow_text(note: dict) -> str:
+    """One line for a localization's FP16 underflow note (``Localization.underflows``)."""
+    feeds = ", ".join(f"{f.get('op_type')} '{f.get('node')}'" for f in note.get("feeds") or ())
+    return (f"FP16 underflow: '{note.get('tensor')}' ({note.get('op_type')} '{note.get('node')}') holds "
+            f"{note.get('below')} of {note.get('size')} reference values below 6.1e-05 (smallest "
+            f"{fmt(note.get('smallest'))}; {note.get('zeros')} exact zero(s) not counted), {note.get('lost')} lost "
+            f"on the backend; it feeds {feeds}")
+
+
 def _localization_lines(result) -> list[str]:
     lines = []
     for loc in result.localizations:
@@ -159,6 +168,7 @@ def _localization_lines(result) -> list[str]:
             mark = {True: " ✓", False: " ✗", None: ""}
             chain = " → ".join(f"{c['node']}({c['op_type']}){mark[c.get('passed')]}" for c in loc.chain[:12])
             lines.append(f"    chain after it: {chain}{' …' if len(loc.chain) > 12 else ''}")
+        lines.extend(f"    {underflow_text(u)}" for u in getattr(loc, "underflows", ())[:5])
         lines.extend(f"    note: {n}" for n in loc.notes)
     return lines
 
@@ -186,6 +196,9 @@ def render_table(result, *, color: bool = False, width: int | None = None) -> st
         lines.append(_paint(line, _GREEN if r.ok else _YELLOW, color) if color else line)
         if not r.ok and (r.cause or r.message):
             lines.append(f"      cause: {r.cause or r.message.splitlines()[0]}")
+        if getattr(r, "retried", ""):
+            lines.append("      run again alone: its first attempt failed while another run of the script was going "
+                         "(see the note)")
     if result.timings:
         lines += timing_lines(result.timings)
     lines += _app_lines(result)

@@ -19,7 +19,7 @@ import os
 
 from onnxwrapper.diff._capture import read_capture
 from onnxwrapper.diff._report import _plots
-from onnxwrapper.diff._report._console import fmt, fmt_metric
+from onnxwrapper.diff._report._console import fmt, fmt_metric, underflow_text
 
 __all__ = ["render_html", "write_html"]
 
@@ -152,6 +152,7 @@ def _localization(result) -> list[str]:
                            f"<td class='num'>{fmt(c.get('reference_max_abs', c.get('max_abs')))}</td>"
                            f"<td class='num'>{fmt(c.get('saturated'), 'int')}</td><td>{verdict}</td></tr>")
             out.append("</table></div>")
+        out.extend(f"<p>{_e(underflow_text(u))}</p>" for u in getattr(loc, "underflows", ())[:20])
         out.extend(f"<p class='muted'>{_e(n)}</p>" for n in loc.notes)
     return out
 

@@ -36,6 +36,10 @@ class BackendRun:
             exit status, time limit); empty for a normal run.
         exception: the script raised (the run is incomplete), as opposed to exiting with a status.
         files: ``{file name: copy inside the run directory, or None when this run did not write it}``.
+        retried: for a live run that failed while another run of the same script was going and was
+            run again alone (two copies of a script that sets itself up on first use race with each
+            other): one sentence saying how the first attempt failed and how the second ended;
+            empty otherwise.
     """
 
     backend: str
@@ -55,6 +59,7 @@ class BackendRun:
     cause: str = ""
     exception: bool = False
     files: dict = field(default_factory=dict)
+    retried: str = ""
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,18 @@ Live runs share the script's working directory. When the app level compares file
 writes there (``--compare-output FILE``), two live runs would write the same file at once, so
 they then go one after another (replays, which do not run the script, still overlap).
 
+Live runs share the user's home too, and an app that sets itself up on first use — downloads its
+model, or assembles it into ``~/.cache`` through a temporary file and a rename — does so in both
+runs at once on a fresh machine, where one copy can trip over the other's files (measured: a TTS
+app's ``FileNotFoundError`` on its own ``.tmp`` file, verdict INCOMPLETE; the same diff gives its
+verdict on a warm cache). So a live run that did not complete — the script raised, or the child
+ended without a status — while another live run of the script was going is run once more,
+**alone** (nothing else runs meanwhile), before its failure counts; the first attempt is kept in
+``_first-attempts/<label>`` and the run's ``retried`` sentence (in the report: a note and the runs
+list) says what happened both times. A crash (a signal) or a timeout is not repeated: neither is
+what a race between two copies of a script looks like, and repeating them doubles a long wait.
+Runs that do not race keep starting together (no state is kept between diffs).
+
 The runs are returned in one order whatever order they ended in (reference, the others as listed,
 then the partial replays), so the report does not depend on ``--jobs``.
 """
@@ -21,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Callable, Mapping
 
 from onnxwrapper.diff._capture import Capture, CaptureFormatError, diverging_inputs, read_capture
@@ -29,7 +42,12 @@ from onnxwrapper.diff._runs._orchestrate import Target, run_child
 from onnxwrapper.diff._runs._schedule import Task, default_jobs, estimate_run_memory, run_tasks
 from onnxwrapper.kernel import available_memory
 
-__all__ = ["RunPlan"]
+__all__ = ["FIRST_ATTEMPTS", "RunPlan"]
+
+#: where the first attempt of a run repeated alone is kept, inside the diff directory (not a run
+#: label: labels start with a letter or a digit)
+FIRST_ATTEMPTS = "_first-attempts"
+_ALONE = " (alone)"  # the task label of a repeated run (a space: never part of a run label)
 
 
 class RunPlan:
@@ -61,6 +79,8 @@ class RunPlan:
         self._ref_capture: Capture | None = None
         #: how many runs went at once (set by :meth:`run`)
         self.jobs: int | None = None
+        self._spans: dict[str, list] = {}  # live run label → [start, end] (perf_counter; end None while it runs)
+        self._raced: dict[str, tuple[BackendRun, list]] = {}  # label → (first attempt, the runs it overlapped)
 
     # -- the runs ----------------------------------------------------------------------------------
     def initial(self) -> list[Task]:
@@ -95,12 +115,17 @@ class RunPlan:
                 self._echo(label, text)
         return say
 
-    def _live(self, label: str) -> Task:
+    def _live(self, label: str, alone: bool = False) -> Task:
         def start(on_start) -> BackendRun:
-            return run_child(self.labels[label], self.options[label], os.path.join(self.directory, label),
-                             target=self.target, max_calls_per_model=self.max_calls_per_model, env=self.target.env,
-                             echo=self._say(label), files=self.files, on_start=on_start, **self.limits)
-        return Task(label, start, estimate_run_memory(None))
+            span = self._spans[label] = [time.perf_counter(), None]
+            try:
+                return run_child(self.labels[label], self.options[label], os.path.join(self.directory, label),
+                                 target=self.target, max_calls_per_model=self.max_calls_per_model,
+                                 env=self.target.env, echo=self._say(label), files=self.files, on_start=on_start,
+                                 **self.limits)
+            finally:
+                span[1] = time.perf_counter()
+        return Task(label + _ALONE if alone else label, start, estimate_run_memory(None), alone)
 
     def _replay(self, label: str, name: str, only: str | None) -> Task:
         source = self.runs[self.reference].capture_dir
@@ -122,8 +147,45 @@ class RunPlan:
         return Task(label, lambda _on_start: run, 0)
 
     # -- what may start when a run ends ------------------------------------------------------------
-    def _done(self, label: str, run: BackendRun) -> list[Task]:
+    def _racing(self, label: str, run: BackendRun) -> list[str]:
+        """The live runs of the script that were going while live run ``label`` ran and failed
+        (module docstring); ``[]`` when it is not to be repeated."""
+        span = self._spans.get(label)
+        if self.replay or run.complete or run.status not in ("script_failed", "error") or span is None:
+            return []
+        return [lb for lb, (s, e) in self._spans.items() if lb != label and s < span[1] and (e is None or e > span[0])]
+
+    def _repeat_alone(self, label: str, run: BackendRun, others: list) -> list[Task]:
+        """Keep the failed attempt aside and run ``label`` again, alone; ``[]`` when its directory
+        cannot be moved (the failure then stands)."""
+        aside = os.path.join(self.directory, FIRST_ATTEMPTS, label)
+        try:
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            os.replace(os.path.join(self.directory, label), aside)
+        except OSError:
+            return []
+        self._raced[label] = (run, others)
+        return [self._live(label, alone=True)]
+
+    def _retried(self, label: str, run: BackendRun) -> str:
+        first, others = self._raced[label]
+        why = first.cause or (first.message.splitlines() or [first.status])[0]
+        head = (f"the first attempt failed while {', '.join(others)} ran the same script ({why}; kept in "
+                f"{FIRST_ATTEMPTS}/{label}); run again alone, ")
+        if run.complete:
+            return head + ("it completed: two copies of the script at once raced with each other, as a script that "
+                           "sets itself up on first use (a download, a cache it fills) does")
+        return head + f"it failed again ({run.cause or run.status}): not a race between the runs"
+
+    def _done(self, name: str, run: BackendRun) -> list[Task]:
+        label = name.removesuffix(_ALONE)
         run.label = label
+        if label in self._raced:
+            run.retried = self._retried(label, run)
+        elif others := self._racing(label, run):
+            repeat = self._repeat_alone(label, run, others)
+            if repeat:
+                return repeat
         self.runs[label] = run
         if self.record is not None:
             self.record(label, run)

@@ -66,11 +66,14 @@ class Task:
         start: ``start(on_start) -> BackendRun`` runs it to its end in a worker thread; it passes
             ``on_start`` the child's ``subprocess.Popen`` (so that an interrupt can stop it).
         memory: the bytes it is counted at (:func:`estimate_run_memory`).
+        alone: it starts only when no other run is going, and none starts while it runs (a run
+            repeated because it raced with another run of the same script).
     """
 
     label: str
     start: Callable[[Callable], BackendRun]
     memory: int = RUN_BASE_BYTES
+    alone: bool = False
 
 
 def run_tasks(tasks: Iterable[Task], *, jobs: int, memory: int | None = None,
@@ -80,7 +83,8 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int, memory: int | None = None,
     fit in it together (one always runs); return ``{label: BackendRun}`` in completion order.
 
     ``on_done(label, run)`` is called in this thread as each run ends and returns the runs that
-    may start now (e.g. a replay of that run). Tasks start in the order given. ``progress(stage,
+    may start now (e.g. a replay of that run). Tasks start in the order given; a task ``alone``
+    waits until nothing runs, and nothing starts while it runs. ``progress(stage,
     done, total)`` is told which runs are going. A ``KeyboardInterrupt`` (or any exception) stops
     every running child's process group before it propagates.
 
@@ -109,7 +113,7 @@ def run_tasks(tasks: Iterable[Task], *, jobs: int, memory: int | None = None,
     def fits(task: Task) -> bool:
         if not running:
             return True
-        if len(running) >= jobs:
+        if task.alone or len(running) >= jobs or any(t.alone for t in running.values()):
             return False
         return memory is None or sum(t.memory for t in running.values()) + task.memory <= memory
 

@@ -32,7 +32,7 @@ import onnx
 
 from onnxwrapper.repair.fix._ranges import out_of_range, reference_ranges
 from onnxwrapper.repair.fix._rescale import exact_overflow_rewrites
-from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites
+from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites, underflow_region
 from onnxwrapper.patches import GraphView, get_patch, list_patches, name_unnamed_nodes
 from onnxwrapper.repair.recipe import Rewrite
 
@@ -149,20 +149,21 @@ def _clamp_candidate(model: onnx.ModelProto, feeds_list, first, ranges: dict) ->
     return cand
 
 
-def _underflow_candidates(model: onnx.ModelProto, feeds_list, base: tuple, kernel: list, notes: list) -> list:
+def _underflow_candidates(model: onnx.ModelProto, feeds_list, base: tuple, kernel: list, notes: list,
+                          focus: str | None = None) -> list:
     """The exact rewrites (or the widest kernel rewrite) followed by upward rescales of the FP16
-    underflows left (:mod:`onnxwrapper.repair.fix._underflow`), when there are any."""
+    underflows left (:mod:`onnxwrapper.repair.fix._underflow`; ``focus``: the localized one), when there are any."""
     widest = [c for c in kernel if " at all " in c.title] or kernel[:1]
     first = widest[0] if widest else None
     rewrites = first.rewrites if first is not None else base
     try:
-        under, why = exact_underflow_rewrites(model, feeds_list, rewrites)
+        under, why = exact_underflow_rewrites(model, feeds_list, rewrites, focus)
     except Exception as exc:  # noqa: BLE001 - a model the CPU EP cannot run with every tensor exposed
         notes.append(f"FP16 underflow not measured: {type(exc).__name__}: {str(exc)[:200]}")
         return []
+    notes += why
     if not under:
         return []
-    notes += why
     title = (f"{first.title} and {len(under)} exact upscale(s) of FP16 underflow" if first is not None
              else f"{len(rewrites)} exact rewrite(s) and {len(under)} exact upscale(s) of FP16 underflow")
     total = tuple(rewrites) + tuple(under)
@@ -219,8 +220,9 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
     kernel = _kernel_candidates(named, culprits, base) if "kernel" in remedies or "cpu" in remedies else []
     if "kernel" in remedies:
         result += kernel
+    focus = ((loc or {}).get("culprit") or {}).get("tensor") if (loc or {}).get("cause") == "underflow" else None
     if precision == "fp16" and ("exact" in remedies or "kernel" in remedies):
-        result += _underflow_candidates(named, feeds_list, base, kernel if "kernel" in remedies else [], notes)
+        result += _underflow_candidates(named, feeds_list, base, kernel if "kernel" in remedies else [], notes, focus)
     if known is not None:
         result.append(known)
     if "cpu" in remedies:
@@ -229,6 +231,10 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
         if culprits and cause in ("node", "saturation", "amplification"):
             result.append(Candidate("cpu", f"'{culprits[0]}' on the CPU", base, ((culprits[0],),),
                                     exactness=_exactness(base)))
+        region = underflow_region(named, feeds_list, focus) if focus else ()
+        if region:
+            result.append(Candidate("cpu", f"the FP16 underflow region on the CPU ({len(region)} node(s))", base,
+                                    node_groups(named, region), exactness=_exactness(base)))
         if over:
             producer = {o: n.name for n in named.graph.node for o in n.output if o}
             region = {producer[t] for t in over if t in producer}

@@ -23,7 +23,8 @@ __all__ = ["FP16_LIMIT", "reference_ranges", "out_of_range"]
 FP16_LIMIT = 65504.0
 
 
-def reference_ranges(model: onnx.ModelProto, feeds_list, floors: dict | None = None) -> tuple[dict, list]:
+def reference_ranges(model: onnx.ModelProto, feeds_list, floors: dict | None = None,
+                     observe=None) -> tuple[dict, list]:
     """``({tensor: max |finite value|}, tensors in graph order)`` over the calls ``feeds_list``.
 
     Args:
@@ -31,6 +32,8 @@ def reference_ranges(model: onnx.ModelProto, feeds_list, floors: dict | None = N
         floors: filled with ``{tensor: the smallest non-zero per-call peak}`` when given (how small a
             tensor gets in the quietest call: below FP16's smallest normal number, 2^-14, it keeps
             few significant bits).
+        observe: called as ``observe(tensor, array)`` with every float value measured (how the
+            values of a tensor are spread, e.g. below FP16's normal range: ``aipc fix``'s underflow search).
 
     Raises:
         Whatever onnxruntime raises for the model on its CPU EP.
@@ -50,6 +53,8 @@ def reference_ranges(model: onnx.ModelProto, feeds_list, floors: dict | None = N
             arr = np.asarray(value)
             if arr.dtype.kind != "f" or not arr.size:
                 continue
+            if observe is not None:
+                observe(name, arr)
             finite = np.abs(arr[np.isfinite(arr)]).astype(np.float64)
             if finite.size:
                 peak = float(finite.max())

@@ -39,6 +39,7 @@ from onnxwrapper.backends.qnn.session._context_budget import context_bytes, load
 from onnxwrapper.backends.qnn.session._dispatch import plan_run
 from onnxwrapper.backends.qnn.session._no_node import no_node_policy, ort_provider_options, ort_providers
 from onnxwrapper.backends.qnn.session._partition_check import check_partition
+from onnxwrapper.backends.qnn.session._run_progress import simulator_watch
 from onnxwrapper.errors import BackendCapabilityError, PartitionError
 from onnxwrapper.kernel import NonFiniteInputCheck, PartitionReport, RunPlans
 
@@ -116,11 +117,10 @@ class QnnStaticSession(BackendSession):
 
     def describe(self) -> SessionDescription:
         """ORT's session of the EPContext model; a precompiled one's assignment is read back (:meth:`loaded`)."""
-        return SessionDescription(ort=self.ort_args, feed_check=self.nonfinite_check)
+        return SessionDescription(ort=self.ort_args, feed_check=self.nonfinite_check, watch=simulator_watch(self.label))
 
     def loaded(self, graph_assignment) -> None:
-        """Read the partition of a precompiled artifact; refuse a session QNN took no node of;
-        warn once (or raise under ``strict``) when nodes run on CPU."""
+        """Read a precompiled artifact's partition; refuse no QNN node; warn once (``strict``: raise) on CPU nodes."""
         if self.report is None:
             source = "compile" if self.artifacts[0].origin == "jit" else "artifact"  # jit: compiled by ORT now
             self.report = PartitionReport.from_assignment(graph_assignment, EP_NAME, source=source, note=self.label)
@@ -210,10 +210,12 @@ class QnnDynamicSession(BackendSession):
         self.user_so = user_so
         self.buckets = buckets
         self.output_names = list(output_names)
+        # progress lines of a long call on the simulator: around the specialization's ORT call, not a compile
+        watch = self._watch = simulator_watch(label) or (lambda _method, impl: impl)
         #: plans of validated run() calls (:mod:`onnxwrapper.backends.qnn.session._dispatch`), cleared on release;
         #: they hold this session through a weak proxy (no reference cycle: freed with its last reference)
         owner = weakref.proxy(self)
-        self.plans = RunPlans(lambda feed, names: plan_run(owner, feed, names))
+        self.plans = RunPlans(lambda feed, names: watch("run", plan_run(owner, feed, names)))
 
     def describe(self) -> SessionDescription:
         """The metadata session (never run); run methods served here; feeds validated by the façade,
@@ -351,24 +353,22 @@ class QnnDynamicSession(BackendSession):
             return self._empty_session
 
     # -- run callables (feeds validated by the façade) -----------------------------------------------
-    def _names(self, output_names) -> list:
-        return list(output_names) if output_names else list(self.output_names)
-
     def run(self, output_names, input_feed, run_options=None):
         """Run the specialization for the feed's signature (``input_feed`` validated, names resolved)."""
         session, feed, padding = self._route(input_feed, _array_shape)
+        run = self._watch("run", session.run)
         if padding is None:
-            return session.run(output_names, feed, run_options)
-        names = self._names(output_names)
-        return padding.cut_outputs(names, session.run(names, feed, run_options))
+            return run(output_names, feed, run_options)
+        names = list(output_names) if output_names else list(self.output_names)
+        return padding.cut_outputs(names, run(names, feed, run_options))
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         """As ORT: ``{name: OrtValue}`` in, ``list[OrtValue]`` out, on the specialization for their signature."""
         session, feed, padding = self._route(input_dict_ort_values, _ort_value_shape)
         if padding is None:
-            return session.run_with_ort_values(output_names, feed, run_options)
-        names = self._names(output_names)
-        outputs = session.run(names, feed, run_options)
+            return self._watch("run_with_ort_values", session.run_with_ort_values)(output_names, feed, run_options)
+        names = list(output_names) if output_names else list(self.output_names)
+        outputs = self._watch("run", session.run)(names, feed, run_options)
         return [as_ort_value(value) for value in padding.cut_outputs(names, outputs)]
 
     def run_async(self, output_names, input_feed, callback, user_data, run_options=None):
@@ -376,7 +376,7 @@ class QnnDynamicSession(BackendSession):
         session, feed, padding = self._route(input_feed, _array_shape)
         if padding is None:
             return session.run_async(output_names, feed, callback, user_data, run_options)
-        names = self._names(output_names)
+        names = list(output_names) if output_names else list(self.output_names)
 
         def cut(outputs, data, error):
             callback(padding.cut_outputs(names, outputs) if outputs else outputs, data, error)
