@@ -310,3 +310,25 @@ def ffn_softmax() -> bytes:
 def ffn_inputs(seed: int = 0) -> np.ndarray:
     """The input :func:`ffn_softmax` was measured with (x: float[8, 64])."""
     return (np.random.default_rng(seed).standard_normal((8, WIDTH)) * 3).astype(np.float32)
+
+
+def subnormal_squares() -> bytes:
+    """An STFT-magnitude pattern whose squares leave FP16's normal range: ``Sqrt(x·x + y·y)`` for
+    x, y ≈ 1e-4 (squares ≈ 1e-8: subnormal in FP16, 1–3 significant bits), then a gain and a
+    ``MatMul``. Rounding the squares alone to FP16 costs the output ≈ 20 dB; the magnitude itself
+    (≈ 1e-4) is normal. The squares' producers and readers on the CPU (``Mul``, ``Mul``, ``Add``,
+    ``Sqrt``) repair it in the FP16 emulation. x, y: float[4, 64]; out: float[4, 16]."""
+    rng = np.random.default_rng(31)
+    nodes = [h.make_node("Mul", ["x", "x"], ["xx"], name="square_x"), h.make_node("Mul", ["y", "y"], ["yy"], name="square_y"),
+             h.make_node("Add", ["xx", "yy"], ["ss"], name="sum"), h.make_node("Sqrt", ["ss"], ["mag"], name="magnitude"),
+             h.make_node("Mul", ["mag", "gain"], ["g"], name="gain"), h.make_node("MatMul", ["g", "w"], ["out"], name="proj")]
+    inits = [nh.from_array(np.array(1e4, np.float32), "gain"),
+             nh.from_array((rng.standard_normal((WIDTH, 16)) * 0.1).astype(np.float32), "w")]
+    return make_model(h.make_graph(nodes, "subnormal", [_vi("x", [4, WIDTH]), _vi("y", [4, WIDTH])],
+                                   [_vi("out", [4, 16])], inits))
+
+
+def subnormal_inputs(seed: int = 0) -> dict:
+    """Inputs of :func:`subnormal_squares`: x, y ≈ 1e-4 (float[4, 64])."""
+    rng = np.random.default_rng(seed)
+    return {k: (rng.standard_normal((4, WIDTH)) * 1e-4).astype(np.float32) for k in ("x", "y")}

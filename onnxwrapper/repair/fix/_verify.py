@@ -35,8 +35,9 @@ class Trial:
     Attributes:
         kind: ``"baseline"``, ``"exact"``, ``"kernel"``, ``"cpu"`` or ``"precision"``.
         title: one line. recipe: the model's candidate recipe (``None`` for the baseline).
-        exactness: what the rewrites promise (from the registry). status: ``"pass"``, ``"fail"``
-            or ``"error"`` (the candidate did not run: ``message`` says why).
+        exactness: what the rewrites promise (from the registry). status: ``"pass"``, ``"fail"``,
+            ``"error"`` (the candidate did not run: ``message`` says why) or ``"skipped"`` (not
+            verified: the FP16 emulation on the CPU predicts it fails; ``message`` says by how much).
         calls / failed_calls: replayed calls, and those with an output beyond tolerance.
         outputs / outputs_passed: the model's outputs, and those within tolerance in every call.
         worst: the worst output ``{output, snr_db, cosine, session, index, failed}``. bar_db: its bar.
@@ -46,6 +47,7 @@ class Trial:
             once compiled. first_call_seconds: mean of the first calls of each input shape (a
             dynamic-shape model compiles then).
         directory: the trial's files (recipe, request, capture, stdout/stderr).
+        emulated: ``{output: worst SNR (dB)}`` the FP16 emulation predicted (CPU regions), or ``None``.
     """
 
     kind: str
@@ -68,10 +70,27 @@ class Trial:
     first_call_seconds: float | None = None
     seconds: float = 0.0
     directory: str = ""
+    emulated: dict | None = None
 
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    def why(self) -> str:
+        """Why the trial was rejected, in one line (``""`` for one that passed): the worst output
+        against its bar and how many outputs and calls failed, the error, or the screen's figure."""
+        if self.status in ("error", "skipped") or (self.status == "fail" and not self.worst):
+            return self.message or self.status
+        if self.status != "fail":
+            return ""
+        w = self.worst or {}
+        snr, bar = w.get("snr_db"), w.get("bar_db", self.bar_db)
+        level = (f"'{w.get('output')}' {snr:.1f} dB < bar {bar:.1f} dB" if isinstance(snr, (int, float))
+                 and isinstance(bar, (int, float)) else f"'{w.get('output')}' beyond tolerance")
+        extra = f"; {', '.join(w['failed'][:2])}" if w.get("failed") and not isinstance(snr, (int, float)) else ""
+        counts = (f"; {self.outputs - self.outputs_passed} of {self.outputs} output(s), {self.failed_calls} of "
+                  f"{self.calls} call(s) beyond tolerance" if self.outputs else "")
+        return level + extra + counts + (f"; {self.message}" if self.message else "")
 
     def to_dict(self) -> dict:
         """JSON-ready (the recipe as its JSON object)."""

@@ -1,0 +1,151 @@
+"""FP16 emulated on the CPU: how a candidate's NPU part rounds, predicted without compiling it.
+
+An FP16 NPU (the QNN HTP) stores every tensor it reads and writes in IEEE 754 binary16 (11
+significant bits; QNN HTP backend docs: float32 graphs run "using float16 math"). The emulation
+runs the model on onnxruntime's CPU execution provider in FP32 with every floating-point tensor
+that a node *outside* ``cpu_nodes`` reads — graph inputs, weights, intermediate tensors — rounded
+to FP16 first (``Cast`` to ``float16`` and back: round to nearest even, beyond ±65504 to ±Inf), and
+every graph output such a node writes rounded too. Nodes in ``cpu_nodes`` read and write FP32, as
+they do when a recipe runs them on the CPU.
+
+What it does not emulate, by construction: rounding *inside* one operator (the HTP's accumulation
+order, FP16 partial sums), a recurrent node's state carried from step to step in FP16 (``LSTM``,
+``GRU``, ``RNN``, ``Scan``, ``Loop``: their FP16 drift is worse than the rounding of their inputs
+and outputs), and wrong kernels. So the emulation is a *screen*, never a verdict: ``aipc fix`` uses
+it to order candidates and to pick the few worth a QNN compile, and verifies those on the backend.
+Measured (onnxruntime 1.32.0, QNN HTP simulator, soc_model 60): the LSTM stand-in with its LSTM on
+the CPU — emulated 32.4 dB, measured 43 dB on the HTP (the emulation rounds the inputs of every
+NPU node; the HTP keeps some of them wider).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from onnxruntime import GraphOptimizationLevel, SessionOptions
+from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+from onnxwrapper.diff._judge import ArrayPair, compute_metrics
+
+__all__ = ["float_tensors", "fp16_emulation", "emulated_runs", "emulated_snr"]
+
+_FLOATS = {TensorProto.FLOAT}
+
+
+def float_tensors(model: onnx.ModelProto) -> set:
+    """Names of the model's float32 tensors (graph inputs, initializers, node outputs typed by
+    shape inference); tensors whose type is unknown are left out (they are not rounded)."""
+    found = {i.name for i in model.graph.initializer if i.data_type in _FLOATS}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - inference is best effort: untyped tensors stay FP32
+        inferred = model
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type in _FLOATS:
+            found.add(vi.name)
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.t.data_type in _FLOATS:
+                    found.add(node.output[0])
+    return found
+
+
+def fp16_emulation(model: onnx.ModelProto, cpu_nodes=(), floats: set | None = None) -> onnx.ModelProto:
+    """A copy of ``model`` in which every float tensor an NPU node (a node not named in ``cpu_nodes``)
+    reads or writes is FP16-rounded: NPU nodes read rounded inputs, CPU nodes read rounded values
+    where an NPU node wrote them (they cross from the NPU in FP16), and graph outputs written by NPU
+    nodes are rounded (module docstring).
+
+    Args:
+        model: the model (named nodes: recipe names, :func:`onnxwrapper.patches.name_unnamed_nodes`).
+        cpu_nodes: names of the nodes that keep FP32. floats: :func:`float_tensors` (computed when
+            ``None``).
+    """
+    floats = float_tensors(model) if floats is None else floats
+    cpu = set(cpu_nodes)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    nodes = list(out.graph.node)
+    del out.graph.node[:]
+    rounded: dict = {}
+
+    def rounding(tensor: str, suffix: str = "") -> list:
+        name = f"{tensor}/fp16emu{suffix}"
+        return [helper.make_node("Cast", [tensor], [name + "/h"], name=name + "/to16", to=TensorProto.FLOAT16),
+                helper.make_node("Cast", [name + "/h"], [name], name=name + "/to32", to=TensorProto.FLOAT)]
+
+    writers = {o: n for n in nodes for o in n.output if o}
+    for node in nodes:
+        for k, tensor in enumerate(node.input):
+            writer = writers.get(tensor)
+            # an NPU node reads FP16; a CPU node reads what an NPU node wrote in FP16, FP32 otherwise
+            if tensor and tensor in floats and (node.name not in cpu or (writer is not None and writer.name not in cpu)):
+                if tensor not in rounded:
+                    pair = rounding(tensor)
+                    out.graph.node.extend(pair)
+                    rounded[tensor] = pair[-1].output[0]
+                node.input[k] = rounded[tensor]
+        out.graph.node.append(node)
+    for output in out.graph.output:
+        node = writers.get(output.name)
+        if node is None or node.name in cpu or output.name not in floats:
+            continue
+        raw = output.name + "/fp16emu/raw"
+        for n in out.graph.node:  # the producer writes the raw value; readers keep reading it
+            n.output[:] = [raw if o == output.name else o for o in n.output]
+            n.input[:] = [raw if i == output.name else i for i in n.input]
+        pair = rounding(raw, "/out")
+        pair[-1].output[0] = output.name
+        out.graph.node.extend(pair)
+    return out
+
+
+def _session(model: onnx.ModelProto, names) -> tuple[InferenceSession, list]:
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {o.name for o in exposed.graph.output}
+    for name in names or ():
+        if name not in present:
+            exposed.graph.output.append(helper.make_empty_tensor_value_info(name))
+    options = SessionOptions()
+    # basic optimizations fold constants (the rounded weights) but never fuse a Cast pair away
+    options.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.log_severity_level = 3  # errors only: an emulated copy may leave an initializer unread
+    sess = InferenceSession(exposed.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return sess, [o.name for o in sess.get_outputs()]
+
+
+def emulated_runs(model: onnx.ModelProto, feeds_list, cpu_nodes=(), names=None, floats=None) -> list:
+    """``[{tensor: array}]`` per call of ``feeds_list``: the graph outputs (and ``names``, exposed)
+    of the FP16-emulated model whose ``cpu_nodes`` keep FP32; ``cpu_nodes=None`` runs the model
+    as it is in FP32 (the reference).
+
+    Raises:
+        Whatever onnxruntime raises for the model on its CPU EP.
+    """
+    emulated = model if cpu_nodes is None else fp16_emulation(model, cpu_nodes, floats)
+    sess, outs = _session(emulated, names)
+    return [dict(zip(outs, sess.run(outs, feeds))) for feeds in feeds_list]
+
+
+def emulated_snr(model: onnx.ModelProto, feeds_list, reference: list, cpu_nodes=(), floats=None) -> dict:
+    """``{graph output: worst SNR (dB) over the calls}`` of the FP16 emulation with ``cpu_nodes`` in
+    FP32 against ``reference`` (``emulated_runs(model, feeds_list, None)``); ``-inf`` where the
+    emulation is not finite where the reference is (an FP16 overflow)."""
+    got = emulated_runs(model, feeds_list, cpu_nodes, floats=floats)
+    worst: dict = {}
+    for ref, out in zip(reference, got):
+        for name in (o.name for o in model.graph.output):
+            r, y = ref.get(name), out.get(name)
+            if r is None or y is None or np.asarray(r).dtype.kind != "f":
+                continue
+            metrics = compute_metrics(ArrayPair(np.asarray(y), np.asarray(r), False))
+            snr = metrics.get("snr_db", math.inf)
+            if metrics.get("nonfinite_mismatch") or snr is None or (isinstance(snr, float) and math.isnan(snr)):
+                snr = -math.inf
+            worst[name] = min(worst.get(name, math.inf), snr)
+    return worst

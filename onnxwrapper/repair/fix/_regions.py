@@ -1,0 +1,234 @@
+"""The smallest CPU region that keeps FP16 rounding from drifting a model's outputs (``aipc fix``).
+
+When error *accumulates* — a recurrent state (``LSTM``, ``GRU``, ``RNN``, ``Scan``, ``Loop``) carried
+over hundreds of steps, or values whose FP16 rounding loses what matters — no rewrite of one node
+removes it, and a device has no FP32 mode. What a device can run is the part that needs FP32 on
+its CPU. Which part is measured on the CPU with the FP16 emulation
+(:mod:`onnxwrapper.repair.fix._emulate`), so no candidate is compiled to find it:
+
+1. ``base`` — the recurrent nodes (the emulation cannot see their state's FP16 drift, so they are on
+   the CPU whenever the model has any) — alone: if the emulation of the rest in FP16 reaches the
+   bar, that is the region.
+2. Where rounding starts: each float tensor the failing outputs depend on is rounded *alone* (every
+   other tensor FP32) — in groups first, halved while a group costs the outputs their bar (group
+   testing, at most :data:`MAX_RUNS` emulated runs). A tensor whose rounding alone brings an output
+   below the bar is *precision-sensitive*; its producer and its readers go to the CPU, so it never
+   crosses to the NPU (faster-whisper's VAD: the STFT's squared magnitudes, ≈ 1e-8 in quiet
+   windows, subnormal in FP16 — rounding them alone costs ``hn`` 40 dB; ``Pow``, ``Pow``, ``Add``,
+   ``Sqrt`` and the LSTM on the CPU: emulated 51.3 dB, measured 51.6 dB on the HTP simulator).
+3. Else the upstream part: the nodes the failing outputs depend on, from the last backwards, the
+   shortest suffix the emulation says passes (bisected); 4. all of them.
+
+Each region comes with its emulated worst SNR; the fix verifies them on the backend in this order
+and keeps the first that passes. The emulation is a screen (it rounds tensors, not arithmetic
+inside an operator): a region it predicts passing can still fail on the backend, and the next is
+tried.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import onnx
+
+from onnxwrapper.repair.fix._emulate import emulated_runs, emulated_snr, float_tensors, fp16_emulation
+
+__all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "precision_regions", "rounding_only"]
+
+#: ops that carry a state from step to step (their FP16 rounding accumulates)
+RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop"}
+#: emulated runs spent looking for precision-sensitive tensors (each is one CPU run of the model)
+MAX_RUNS = 96
+#: feeds (the worst calls first) each emulated run replays
+MAX_FEEDS = 4
+#: how far above its bar an output's emulated SNR must be for the search to call a region enough:
+#: one significant bit (the emulation rounds tensors, not the arithmetic inside an operator)
+MARGIN_DB = 6.02
+
+
+@dataclass
+class Region:
+    """A CPU region to verify: ``nodes`` (names, graph order), ``how`` it was found (one line),
+    ``emulated`` (``{output: worst emulated SNR, dB}``) and ``sensitive`` (the precision-sensitive
+    tensors it keeps in FP32, with their emulated SNR when rounded alone)."""
+
+    nodes: tuple
+    how: str
+    emulated: dict = field(default_factory=dict)
+    sensitive: dict = field(default_factory=dict)
+
+    @property
+    def worst(self) -> float:
+        """The lowest emulated SNR of an output (``inf`` when none was measured)."""
+        return min(self.emulated.values(), default=math.inf)
+
+
+def rounding_only(model: onnx.ModelProto, tensors) -> onnx.ModelProto:
+    """``model`` in FP32 with only ``tensors`` FP16-rounded (for every reader): what rounding them
+    alone costs. Built on :func:`~onnxwrapper.repair.fix._emulate.fp16_emulation`: every node but
+    the readers of ``tensors`` is a CPU node, and each reader rounds only those inputs."""
+    wanted = set(tensors)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    readers = [n for n in out.graph.node if set(n.input) & wanted]
+    cpu = [n.name for n in out.graph.node]
+    return fp16_emulation(out, cpu_nodes=[c for c in cpu if c not in {r.name for r in readers}],
+                          floats=wanted) if readers else out
+
+
+def _cone(model: onnx.ModelProto, outputs) -> list:
+    """Nodes (graph order) the graph outputs ``outputs`` depend on."""
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    seen, todo = set(), list(outputs)
+    while todo:
+        node = producer.get(todo.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        todo += [t for t in node.input if t]
+    return [n for n in model.graph.node if n.name in seen and n.op_type != "Constant"]
+
+
+class _Screen:
+    """The emulated runs of one model against its FP32 reference, with a budget."""
+
+    def __init__(self, model, feeds, bars: dict) -> None:
+        self.model, self.feeds, self.bars = model, feeds[:MAX_FEEDS], bars
+        self.floats = float_tensors(model)
+        self.reference = emulated_runs(model, self.feeds, None)
+        self.runs = 0
+
+    def snr(self, cpu_nodes) -> dict:
+        self.runs += 1
+        return emulated_snr(self.model, self.feeds, self.reference, cpu_nodes, self.floats)
+
+    def alone(self, tensors) -> dict:
+        """Worst SNR per output with only ``tensors`` rounded."""
+        self.runs += 1
+        return emulated_snr(rounding_only(self.model, tensors), self.feeds, self.reference, None, self.floats)
+
+    def passes(self, snr: dict, margin: float = MARGIN_DB) -> bool:
+        return all(snr.get(o, math.inf) >= bar + margin for o, bar in self.bars.items())
+
+
+def _sensitive(screen: _Screen, tensors: list) -> dict:
+    """``{tensor: worst SNR when rounded alone}`` of the tensors whose rounding alone fails the bar
+    (group testing: a group that passes holds none; a failing group is halved)."""
+    found: dict = {}
+    todo = [tensors] if tensors else []
+    while todo and screen.runs < MAX_RUNS:
+        group = todo.pop(0)
+        snr = screen.alone(group)
+        if screen.passes(snr):
+            continue
+        if len(group) == 1:
+            found[group[0]] = min(snr.values(), default=-math.inf)
+            continue
+        half = len(group) // 2
+        todo += [group[:half], group[half:]]
+    return found
+
+
+def _fewest_kept(screen: _Screen, model, base: set, tensors: list) -> list | None:
+    """The fewest ``tensors`` to keep FP32 (their producers and readers on the CPU) for the emulation
+    to pass: delta debugging (Zeller's *ddmin*) from all of them, removing chunks while it still
+    passes, within :data:`MAX_RUNS`; ``None`` when not even all of them pass."""
+    kept = list(tensors)
+    if not kept or not screen.passes(screen.snr(_with_tensors(model, base, kept))):
+        return None
+    parts = 2
+    while len(kept) >= 2 and screen.runs < MAX_RUNS:
+        size = math.ceil(len(kept) / parts)
+        chunks = [kept[i:i + size] for i in range(0, len(kept), size)]
+        for chunk in chunks:
+            rest = [t for t in kept if t not in set(chunk)]
+            if screen.runs < MAX_RUNS and screen.passes(screen.snr(_with_tensors(model, base, rest))):
+                kept, parts = rest, max(parts - 1, 2)
+                break
+        else:
+            if parts >= len(kept):
+                break
+            parts = min(len(kept), parts * 2)
+    return kept
+
+
+def _with_tensors(model: onnx.ModelProto, nodes: set, tensors) -> set:
+    """``nodes`` plus the producer and every reader of each of ``tensors`` (no ``Constant`` node)."""
+    wanted = set(tensors)
+    return nodes | {n.name for n in model.graph.node if n.op_type != "Constant"
+                    and (set(n.output) & wanted or set(n.input) & wanted)}
+
+
+def _ordered(model: onnx.ModelProto, names: set) -> tuple:
+    return tuple(n.name for n in model.graph.node if n.name in names)
+
+
+def precision_regions(model: onnx.ModelProto, feeds_list, bars: dict, *, recurrent: bool = True) -> tuple[list, list]:
+    """Candidate CPU regions for FP16 drift, smallest first, each emulated (module docstring).
+
+    Args:
+        model: the model the regions are named in (a recipe's rewrites applied, unnamed nodes named).
+        feeds_list: recorded inputs (the worst calls first; :data:`MAX_FEEDS` are used).
+        bars: ``{graph output: SNR bar (dB)}`` the outputs must reach (the diff's tolerances).
+        recurrent: put the recurrent nodes in every region (their state's drift is not emulated).
+
+    Returns:
+        ``(regions, notes)``: :class:`Region` objects (distinct, smallest first; the last is every
+        node the outputs depend on), and what the emulation found, for the report.
+
+    Raises:
+        Whatever onnxruntime raises for the model on its CPU EP.
+    """
+    screen = _Screen(model, feeds_list, bars)
+    base = {n.name for n in model.graph.node if n.op_type in RECURRENT} if recurrent else set()
+    cone = _cone(model, bars)
+    regions: list = []
+    notes: list = []
+
+    def add(nodes: set, how: str, sensitive=None) -> Region:
+        region = Region(_ordered(model, nodes), how, screen.snr(nodes), dict(sensitive or {}))
+        if region.nodes and all(r.nodes != region.nodes for r in regions):
+            regions.append(region)
+        return region
+
+    if not base:
+        whole = screen.snr(set())
+        if screen.passes(whole):
+            notes.append(f"the FP16 emulation of the whole model on the CPU reaches every bar (worst "
+                         f"{min(whole.values(), default=math.inf):.1f} dB): what fails is not the rounding of its "
+                         f"tensors (a wrong kernel, or arithmetic inside an operator) — no CPU region from it")
+            return regions, notes
+    first = add(base, f"the recurrent node(s) {', '.join(_ordered(model, base))}") if base else None
+    if first is not None and screen.passes(first.emulated):
+        notes.append(f"emulated FP16 with {', '.join(first.nodes)} on the CPU: worst {first.worst:.1f} dB — "
+                     f"enough by the emulation")
+        return regions, notes
+    tensors = [t for n in cone for t in n.output if t in screen.floats and n.name not in base]
+    sensitive = _sensitive(screen, tensors)
+    if sensitive:
+        shown = ", ".join(f"'{t}' ({v:.1f} dB)" for t, v in list(sensitive.items())[:6])
+        notes.append(f"where FP16 rounding starts (emulated on the CPU, each tensor rounded alone): {shown} — each "
+                     f"alone brings an output below its bar")
+        region = add(_with_tensors(model, base, sensitive), "the precision-sensitive tensors' producers and readers"
+                     + (" and the recurrent node(s)" if base else ""), sensitive)
+        if screen.passes(region.emulated):
+            return regions, notes
+    kept = _fewest_kept(screen, model, base, tensors)
+    if kept is not None:
+        add(_with_tensors(model, base, kept), f"the producers and readers of the {len(kept)} tensor(s) that must stay "
+            f"FP32 (fewest found)" + (" and the recurrent node(s)" if base else ""), dict.fromkeys(kept, None))
+    order = [n.name for n in cone]
+    lo, hi = 1, len(order)
+    while lo < hi and screen.runs < MAX_RUNS:  # the shortest passing suffix of the cone
+        mid = (lo + hi) // 2
+        if screen.passes(screen.snr(base | set(order[-mid:]))):
+            hi = mid
+        else:
+            lo = mid + 1
+    if hi < len(order):
+        add(base | set(order[-hi:]), f"the last {hi} node(s) the failing outputs depend on"
+            + (" and the recurrent node(s)" if base else ""))
+    add(base | set(order), f"every node the failing outputs depend on ({len(order)})")
+    notes.append(f"emulated FP16 runs on the CPU: {screen.runs}")
+    return regions, notes
