@@ -351,8 +351,8 @@ def unet(blocks: int = 55, levels: int = 3, channels: int = 8, size: int = 32, s
         inits.append(nh.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
         return name
 
-    def block(x, p, first_scale=0.3):
-        w1, w2 = weight(f"{p}/w1", (c, c, 3, 3), first_scale), weight(f"{p}/w2", (c, c, 3, 3), 0.05)
+    def block(x, p, first_scale=0.3, second_scale=0.05):
+        w1, w2 = weight(f"{p}/w1", (c, c, 3, 3), first_scale), weight(f"{p}/w2", (c, c, 3, 3), second_scale)
         nodes.extend([_conv(x, w1, f"{p}/c1", f"{p}/conv1"),
                       h.make_node("InstanceNormalization", [f"{p}/c1", "gamma", "beta"], [f"{p}/n"], name=f"{p}/norm",
                                   epsilon=1e-5)]
@@ -369,7 +369,7 @@ def unet(blocks: int = 55, levels: int = 3, channels: int = 8, size: int = 32, s
         nodes.append(h.make_node("Conv", [x, weight(f"down{lv}/wd", (c, c, 3, 3), 0.3)], [f"down{lv}/d"],
                                  name=f"down{lv}/downsample", pads=[1, 1, 1, 1], strides=[2, 2]))
         x = f"down{lv}/d"
-    x = block(x, "mid", first_scale=1e6)
+    x = block(x, "mid", first_scale=1e6, second_scale=3.0)
     for lv in reversed(range(levels)):
         nodes += [h.make_node("Resize", [x, "", "up2"], [f"up{lv}/u"], name=f"up{lv}/upsample", mode="nearest"),
                   h.make_node("Concat", [f"up{lv}/u", skips[lv]], [f"up{lv}/cat"], name=f"up{lv}/concat", axis=1),

@@ -40,7 +40,7 @@ from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.repair.fix._app_level import search_app_level
 from onnxwrapper.repair.fix._candidates import REMEDIES
 from onnxwrapper.repair.fix._confirm import ConfirmCommand, confirm_command
-from onnxwrapper.repair.fix._model_fix import fix_model
+from onnxwrapper.repair.fix._model_fix import fix_model as _fix_model
 from onnxwrapper.repair.fix._result import FixResult, ModelFix
 from onnxwrapper.repair.recipe import RecipeBook
 
@@ -165,7 +165,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
             mf.notes.append(f"backend '{run_.backend}' has no 'repairs' option: it cannot apply a recipe")
             continue
         begun = time.perf_counter()
-        fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
+        _fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
                   max_calls=max_calls, try_all=try_all, timeout=timeout, env=env, say=say,
                   higher_precision=_higher_precision(run_.backend, simulator_modes), localize=localize)
         mf.seconds = time.perf_counter() - begun

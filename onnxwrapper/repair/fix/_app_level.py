@@ -34,6 +34,7 @@ import onnx
 
 from onnxwrapper.patches import GraphView, list_patches, name_unnamed_nodes
 from onnxwrapper.repair.fix._candidates import node_groups
+from onnxwrapper.repair.fix._regions import upstream_nodes
 from onnxwrapper.repair.fix._result import ModelFix
 from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites
 from onnxwrapper.repair.fix._verify import Trial
@@ -70,15 +71,7 @@ def decision_output(result, label: str, reference, model: str | None = None) -> 
 
 def _cone(model: onnx.ModelProto, output: str) -> list:
     """Names of the nodes ``output`` depends on, in graph order."""
-    producer = {o: n for n in model.graph.node for o in n.output if o}
-    seen, todo = set(), [output]
-    while todo:
-        node = producer.get(todo.pop())
-        if node is None or node.name in seen:
-            continue
-        seen.add(node.name)
-        todo += [t for t in node.input if t]
-    return [n.name for n in model.graph.node if n.name in seen and n.op_type != "Constant"]
+    return [n.name for n in upstream_nodes(model, [output])]
 
 
 def app_candidates(model: onnx.ModelProto, output: str, higher_precision: str | None, feeds_list=(),

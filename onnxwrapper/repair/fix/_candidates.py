@@ -178,14 +178,16 @@ def _region_candidates(model: onnx.ModelProto, loc: dict | None, feeds_list, bas
                        over: list, notes: list) -> list:
     """The CPU regions for FP16 drift (:mod:`onnxwrapper.repair.fix._regions`), each with the kernel
     rewrites that apply at every node the culprit's rewrite applies to, and its emulated SNR: a model
-    with recurrent nodes whose error accumulates (or grows at a node), or an ``accumulation`` (or a
-    missing localization) without an overflow."""
+    with recurrent nodes whose error accumulates (or grows at a node), or any model without an
+    overflow (the regions are empty when the FP16 emulation of the kernel-fixed model reaches every
+    bar: then the failure is not rounding — silero-vad's op15, localized at a wrong ``Pow``, also
+    loses its quiet windows' squared STFT magnitudes to FP16 underflow)."""
     recurrent = [n.name for n in model.graph.node if n.op_type in RECURRENT]
     cause = (loc or {}).get("cause")
     if recurrent and loc and cause not in ("accumulation",) + _NODE_CAUSES:
         return []
-    if not recurrent and (over or cause not in ("accumulation", None)):
-        return []
+    if not recurrent and over:
+        return []  # an overflow: the exact rewrites and the out-of-range region come first
     fixes = [c for c in kernel if " at all " in c.title] or kernel[:1]
     unique: dict = {}
     for r in (r for c in fixes for r in c.rewrites):

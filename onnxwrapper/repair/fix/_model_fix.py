@@ -8,7 +8,9 @@ Stages, each timed (``ModelFix.stages``) and stated in the search path (``ModelF
    kernel rewrites, and for FP16 drift the CPU regions found by the FP16 emulation
    (:mod:`onnxwrapper.repair.fix._candidates`); then each candidate's FP16 emulation (its recipe
    applied, its CPU groups in FP32). No compile.
-3. **baseline** — the unrepaired model replayed (its compile is usually the diff's cache entry).
+3. **baseline** — the unrepaired model as the diff itself ran and judged it, on the reference's
+   inputs (:func:`~onnxwrapper.repair.fix._verify.baseline_from_diff`: no run); replayed only when
+   the diff's run was fed other inputs (a pipeline) — its compile is then the diff's cache entry.
 4. **verification** — the candidates in order, each replayed on the backend with its recipe in a
    child process (one compile each); a candidate the emulation predicts more than :data:`SLACK_DB`
    below a bar is skipped (``skipped``, with the figure): no rewrite that assumes right kernels can
@@ -28,6 +30,7 @@ import time
 
 import onnx
 
+from onnxwrapper.diff._capture import CaptureFormatError, read_capture
 from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.diff._report import sanitize
 from onnxwrapper.errors import RecipeError
@@ -35,7 +38,7 @@ from onnxwrapper.repair.fix._candidates import candidates_for
 from onnxwrapper.repair.fix._emulate import emulated_runs, emulated_snr
 from onnxwrapper.repair.fix._explain import clamp_notes, why_not_repaired
 from onnxwrapper.repair.fix._ranges import reference_ranges
-from onnxwrapper.repair.fix._verify import Trial, run_trial
+from onnxwrapper.repair.fix._verify import Trial, baseline_from_diff, run_trial
 from onnxwrapper.repair.recipe import ModelRecipe, apply_recipe, recipe_targets, scaled_tensors
 
 __all__ = ["SLACK_DB", "fix_model", "model_bytes"]
@@ -65,6 +68,15 @@ class _Stages:
         now = time.perf_counter()
         self.mf.stages.append([name, round(now - self.start, 3)])
         self.start = now
+
+
+def _capture(result_check, label: str):
+    """The diff's capture of run ``label`` (``None`` when it has none or it cannot be read)."""
+    run_ = result_check.runs.get(label)
+    try:
+        return read_capture(run_.capture_dir) if run_ is not None and run_.capture_dir else None
+    except (CaptureFormatError, OSError):
+        return None
 
 
 def _bars(result_check, mf) -> dict:
@@ -167,10 +179,15 @@ def fix_model(mf, run_, reference, result_check, tolerances, remedies, workdir, 
     stages.done("candidates on the CPU (value ranges, rewrites, FP16 emulation)")
     common = dict(label=mf.backend, backend=run_.backend, options=dict(run_.options), reference=reference,
                   model=mf.model, calls=mf.calls, tolerances=tolerances, timeout=timeout, env=dict(env or {}))
-    say(f"{mf.backend} {mf.model}: baseline (no repair)")
-    mf.baseline = run_trial(Trial("baseline", "the model as it is", directory=os.path.join(workdir, "baseline")),
-                            nodes=len(proto.graph.node), **common)
-    stages.done("baseline replay")
+    mf.baseline = baseline_from_diff(result_check, mf.backend, mf.model, _capture(result_check, mf.backend), mf.calls)
+    if mf.baseline is not None:
+        mf.path.append("baseline: the diff's own run of the model (same inputs as the reference), not replayed")
+        stages.done("baseline (read from the diff)")
+    else:
+        say(f"{mf.backend} {mf.model}: baseline (no repair)")
+        mf.baseline = run_trial(Trial("baseline", "the model as it is", directory=os.path.join(workdir, "baseline")),
+                                nodes=len(proto.graph.node), **common)
+        stages.done("baseline replay")
     name = os.path.basename(info.path) if info.path else ""
     tried: set = set()
     _verify_all(mf, candidates, proto, name, feeds, bars, workdir, common, try_all, say, tried, stages)

@@ -34,7 +34,7 @@ import onnx
 
 from onnxwrapper.repair.fix._emulate import emulated_runs, emulated_snr, float_tensors, fp16_emulation
 
-__all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "precision_regions", "rounding_only"]
+__all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "precision_regions", "rounding_only", "upstream_nodes"]
 
 #: ops that carry a state from step to step (their FP16 rounding accumulates)
 RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop"}
@@ -77,8 +77,8 @@ def rounding_only(model: onnx.ModelProto, tensors) -> onnx.ModelProto:
                           floats=wanted) if readers else out
 
 
-def _cone(model: onnx.ModelProto, outputs) -> list:
-    """Nodes (graph order) the graph outputs ``outputs`` depend on."""
+def upstream_nodes(model: onnx.ModelProto, outputs) -> list:
+    """The nodes (graph order, no ``Constant``) the tensors ``outputs`` depend on."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
     seen, todo = set(), list(outputs)
     while todo:
@@ -182,7 +182,7 @@ def precision_regions(model: onnx.ModelProto, feeds_list, bars: dict, *, recurre
     """
     screen = _Screen(model, feeds_list, bars)
     base = {n.name for n in model.graph.node if n.op_type in RECURRENT} if recurrent else set()
-    cone = _cone(model, bars)
+    cone = upstream_nodes(model, bars)
     regions: list = []
     notes: list = []
 

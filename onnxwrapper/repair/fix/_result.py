@@ -72,7 +72,7 @@ def _cost(trial, baseline) -> str:
     parts = []
     if trial.total_nodes:
         npu = f"NPU {trial.npu_nodes}/{trial.total_nodes} nodes"
-        if baseline is not None and baseline.total_nodes:
+        if baseline is not None and baseline.total_nodes and baseline.npu_nodes is not None:
             npu += f" (unrepaired {baseline.npu_nodes}/{baseline.total_nodes})"
         parts.append(npu)
     if trial.call_seconds is not None:

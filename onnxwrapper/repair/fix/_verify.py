@@ -25,7 +25,7 @@ from onnxwrapper.diff._runs import child_environment, crash_name, kill_child, lo
 from onnxwrapper.kernel import new_session_kwargs
 from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook
 
-__all__ = ["Trial", "run_trial"]
+__all__ = ["Trial", "baseline_from_diff", "run_trial"]
 
 
 @dataclass
@@ -165,6 +165,38 @@ def run_trial(trial: Trial, *, label: str, backend: str, options: dict, referenc
     if not complete:
         trial.message = f"only {trial.calls} of {len(calls)} call(s) ran"
     _costs(trial, capture, nodes)
+    return trial
+
+
+def baseline_from_diff(result, label: str, model: str, capture, calls: list) -> Trial | None:
+    """The unrepaired baseline of ``model`` read from the diff itself instead of replayed: the diff's
+    own judgement of that run (``result``, the outputs of ``label``) and its capture's call times
+    (``capture``: the backend run's :class:`~onnxwrapper.diff.Capture`). ``None`` — replay it — when
+    the run's calls of the model were fed other inputs than the reference's (a pipeline: the
+    candidates replay the reference's inputs, so the baseline must too) or were not all compared.
+    The partition is not recorded by a diff: the baseline's NPU nodes stay unknown."""
+    differ = {tuple(k) for k in (result.inputs_differ.get(label) or [])}
+    wanted = {tuple(c) for c in calls}
+    if differ & wanted or capture is None:
+        return None
+    summaries = [s for s in result.outputs if s.backend == label and s.model == model]
+    mine = [c for c in capture.calls if c.model == model and (c.session, c.index) in wanted]
+    if not summaries or len(mine) != len(wanted) or all(s.passed for s in summaries):
+        return None
+    trial = Trial("baseline", "the model as it is (the diff's own run, not replayed)", status="fail",
+                  message="as judged by the diff")
+    trial.calls = len(mine)
+    trial.failed_calls = len({(c.session, c.index) for c in result.failures if c.backend == label and c.model == model})
+    trial.outputs, trial.outputs_passed = len(summaries), sum(1 for x in summaries if x.passed)
+    trial.worst = _worst(summaries)
+    trial.bar_db = trial.worst.get("bar_db") if trial.worst else None
+    seen, first, rest = set(), [], []
+    for c in mine:
+        key = (c.session, c.input_signature)
+        (rest if key in seen else first).append(c.seconds)
+        seen.add(key)
+    trial.first_call_seconds = sum(first) / len(first) if first else None
+    trial.call_seconds = sum(rest) / len(rest) if rest else trial.first_call_seconds
     return trial
 
 
