@@ -35,7 +35,7 @@ import onnx
 
 from onnxwrapper.diff._judge import snr_bar_db
 from onnxwrapper.repair.fix._ranges import out_of_range, reference_ranges
-from onnxwrapper.repair.fix._regions import RECURRENT, precision_regions
+from onnxwrapper.repair.fix._regions import is_recurrent, precision_regions
 from onnxwrapper.repair.fix._rescale import exact_overflow_rewrites
 from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites
 from onnxwrapper.patches import GraphView, get_patch, list_patches, name_unnamed_nodes
@@ -182,7 +182,7 @@ def _region_candidates(model: onnx.ModelProto, loc: dict | None, feeds_list, bas
     overflow (the regions are empty when the FP16 emulation of the kernel-fixed model reaches every
     bar: then the failure is not rounding — silero-vad's op15, localized at a wrong ``Pow``, also
     loses its quiet windows' squared STFT magnitudes to FP16 underflow)."""
-    recurrent = [n.name for n in model.graph.node if n.op_type in RECURRENT]
+    recurrent = [n.name for n in model.graph.node if is_recurrent(n)]
     cause = (loc or {}).get("cause")
     if recurrent and loc and cause not in ("accumulation",) + _NODE_CAUSES:
         return []

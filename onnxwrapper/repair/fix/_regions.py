@@ -34,7 +34,8 @@ import onnx
 
 from onnxwrapper.repair.fix._emulate import emulated_runs, emulated_snr, float_tensors, fp16_emulation
 
-__all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "precision_regions", "rounding_only", "upstream_nodes"]
+__all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "is_recurrent", "precision_regions", "reads",
+           "rounding_only", "upstream_nodes"]
 
 #: ops that carry a state from step to step (their FP16 rounding accumulates)
 RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop"}
@@ -77,8 +78,31 @@ def rounding_only(model: onnx.ModelProto, tensors) -> onnx.ModelProto:
                           floats=wanted) if readers else out
 
 
+def reads(node) -> list:
+    """The tensors ``node`` reads: its inputs, and the outer-scope names its subgraphs (``If``,
+    ``Loop``, ``Scan`` bodies) read — what they use without producing it."""
+    names = [t for t in node.input if t]
+    for attr in node.attribute:
+        for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            made = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+            made |= {o for n in graph.node for o in n.output}
+            names += [t for n in graph.node for t in reads(n) if t not in made]
+    return list(dict.fromkeys(names))
+
+
+def is_recurrent(node) -> bool:
+    """A recurrent node (:data:`RECURRENT`), or a node whose subgraphs hold one (an ``If`` branch
+    with an ``LSTM``: the QNN backend inlines the taken branch, so the state is carried in FP16)."""
+    if node.op_type in RECURRENT:
+        return True
+    return any(is_recurrent(n) for attr in node.attribute
+               for graph in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs))
+               for n in graph.node)
+
+
 def upstream_nodes(model: onnx.ModelProto, outputs) -> list:
-    """The nodes (graph order, no ``Constant``) the tensors ``outputs`` depend on."""
+    """The nodes (graph order, no ``Constant``) the tensors ``outputs`` depend on (through the
+    subgraphs of ``If``/``Loop``/``Scan`` nodes too)."""
     producer = {o: n for n in model.graph.node for o in n.output if o}
     seen, todo = set(), list(outputs)
     while todo:
@@ -86,7 +110,7 @@ def upstream_nodes(model: onnx.ModelProto, outputs) -> list:
         if node is None or node.name in seen:
             continue
         seen.add(node.name)
-        todo += [t for t in node.input if t]
+        todo += reads(node)
     return [n for n in model.graph.node if n.name in seen and n.op_type != "Constant"]
 
 
@@ -157,7 +181,7 @@ def _with_tensors(model: onnx.ModelProto, nodes: set, tensors) -> set:
     """``nodes`` plus the producer and every reader of each of ``tensors`` (no ``Constant`` node)."""
     wanted = set(tensors)
     return nodes | {n.name for n in model.graph.node if n.op_type != "Constant"
-                    and (set(n.output) & wanted or set(n.input) & wanted)}
+                    and (set(n.output) & wanted or set(reads(n)) & wanted)}
 
 
 def _ordered(model: onnx.ModelProto, names: set) -> tuple:
@@ -181,7 +205,7 @@ def precision_regions(model: onnx.ModelProto, feeds_list, bars: dict, *, recurre
         Whatever onnxruntime raises for the model on its CPU EP.
     """
     screen = _Screen(model, feeds_list, bars)
-    base = {n.name for n in model.graph.node if n.op_type in RECURRENT} if recurrent else set()
+    base = {n.name for n in model.graph.node if is_recurrent(n)} if recurrent else set()
     cone = upstream_nodes(model, bars)
     regions: list = []
     notes: list = []
