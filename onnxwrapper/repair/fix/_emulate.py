@@ -29,8 +29,9 @@ from onnxruntime import GraphOptimizationLevel, SessionOptions
 from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
 from onnxwrapper.diff._judge import ArrayPair, compute_metrics
+from onnxwrapper.kernel import bind_inputs, control_scalars, fold_ifs
 
-__all__ = ["float_tensors", "fp16_emulation", "emulated_runs", "emulated_snr"]
+__all__ = ["Emulator", "float_tensors", "fp16_emulation", "emulated_runs", "emulated_snr", "flattened"]
 
 _FLOATS = {TensorProto.FLOAT}
 
@@ -149,3 +150,90 @@ def emulated_snr(model: onnx.ModelProto, feeds_list, reference: list, cpu_nodes=
                 snr = -math.inf
             worst[name] = min(worst.get(name, math.inf), snr)
     return worst
+
+
+def _tag(graph, prefix: str) -> None:
+    """Prefix the names of every node of ``graph`` (and of its subgraphs) with ``prefix//``."""
+    for node in graph.node:
+        node.name = f"{prefix}//{node.name}"
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                _tag(sub, prefix)
+
+
+def flattened(model: onnx.ModelProto, feeds_list) -> tuple[onnx.ModelProto, dict, list]:
+    """``(model, owner, feeds)``: ``model`` with the ``If`` nodes its control inputs decide inlined, as
+    the QNN backend compiles it (:func:`onnxwrapper.kernel.fold_ifs` after binding the control scalars,
+    e.g. silero-vad's ``sr``, to their recorded value), so the branches' arithmetic is emulated too;
+    ``owner`` maps each inlined node to the top-level node it came from (a recipe names only those);
+    ``feeds`` without the bound inputs. The model as it is (``owner`` empty) when it has no ``If`` or
+    the calls disagree on a control value."""
+    if not any(n.op_type == "If" for n in model.graph.node) or not feeds_list:
+        return model, {}, list(feeds_list)
+    controls = [c for c in control_scalars(model) if all(c in f for f in feeds_list)]
+    values = {c: np.asarray(feeds_list[0][c]) for c in controls}
+    if any(not np.array_equal(np.asarray(f[c]), values[c]) for f in feeds_list for c in controls):
+        return model, {}, list(feeds_list)
+    tagged = onnx.ModelProto()
+    tagged.CopyFrom(model)
+    for node in tagged.graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                _tag(sub, node.name)
+    feeds = [{k: v for k, v in f.items() if k not in values} for f in feeds_list]
+    try:
+        folded, count = fold_ifs(bind_inputs(tagged, values), feeds[0])
+    except Exception:  # noqa: BLE001 - folding is an improvement of the emulation, not a need
+        return model, {}, list(feeds_list)
+    if not count:
+        return model, {}, list(feeds_list)
+    owner = {n.name: n.name.split("//")[0] for n in folded.graph.node if "//" in n.name}
+    return folded, owner, feeds
+
+
+class Emulator:
+    """The FP16 emulation of one model against its FP32 reference on recorded feeds, ``If`` nodes its
+    control inputs decide inlined (:func:`flattened`). CPU sets are named in the *original* model's
+    top-level nodes (an ``If`` stands for its inlined branch); :attr:`folded` is the model emulated
+    and :meth:`top` maps its node names back.
+
+    Raises:
+        Whatever onnxruntime raises for the model on its CPU EP (in the constructor).
+    """
+
+    def __init__(self, model: onnx.ModelProto, feeds_list) -> None:
+        self.raw_feeds = list(feeds_list)
+        self.folded, self.owner, self.feeds = flattened(model, self.raw_feeds)
+        self.floats = float_tensors(self.folded)
+        self.reference = emulated_runs(self.folded, self.feeds, None)
+        self.outputs = [o.name for o in model.graph.output]
+        self.runs = 0
+
+    def top(self, name: str) -> str:
+        """The original model's top-level node a node of :attr:`folded` belongs to."""
+        return self.owner.get(name, name)
+
+    def expand(self, cpu_nodes) -> list:
+        """Names in :attr:`folded` of the nodes that ``cpu_nodes`` (top-level names) put on the CPU."""
+        cpu = set(cpu_nodes)
+        return [n.name for n in self.folded.graph.node if n.name in cpu or self.top(n.name) in cpu]
+
+    def snr(self, cpu_nodes, model: onnx.ModelProto | None = None) -> dict:
+        """``{output: worst SNR}`` with ``cpu_nodes`` (top-level names) in FP32, the rest in FP16;
+        ``model``: a rewritten copy of the original to emulate instead (a candidate's rewrites)."""
+        self.runs += 1
+        if model is None:
+            return emulated_snr(self.folded, self.feeds, self.reference, self.expand(cpu_nodes), self.floats)
+        folded, owner, feeds = flattened(model, self.raw_feeds)
+        cpu = set(cpu_nodes)
+        names = [n.name for n in folded.graph.node if n.name in cpu or owner.get(n.name) in cpu]
+        return emulated_snr(folded, feeds, self.reference, names)
+
+    def alone(self, tensors) -> dict:
+        """``{output: worst SNR}`` with only ``tensors`` (of :attr:`folded`) FP16-rounded."""
+        self.runs += 1
+        wanted = set(tensors)
+        readers = {n.name for n in self.folded.graph.node if set(n.input) & wanted}
+        cpu = [n.name for n in self.folded.graph.node if n.name not in readers]
+        emulated = fp16_emulation(self.folded, cpu_nodes=cpu, floats=wanted) if readers else self.folded
+        return emulated_snr(emulated, self.feeds, self.reference, None, self.floats)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from onnxwrapper.repair.fix._emulate import emulated_runs, emulated_snr, float_tensors, fp16_emulation
+from onnxwrapper.repair.fix._emulate import Emulator, float_tensors, fp16_emulation
 
 __all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "is_recurrent", "precision_regions", "reads",
            "rounding_only", "upstream_nodes"]
@@ -115,22 +115,23 @@ def upstream_nodes(model: onnx.ModelProto, outputs) -> list:
 
 
 class _Screen:
-    """The emulated runs of one model against its FP32 reference, with a budget."""
+    """The emulated runs of one model (:class:`~onnxwrapper.repair.fix._emulate.Emulator`) with a
+    budget and the bars."""
 
     def __init__(self, model, feeds, bars: dict) -> None:
-        self.model, self.feeds, self.bars = model, feeds[:MAX_FEEDS], bars
-        self.floats = float_tensors(model)
-        self.reference = emulated_runs(model, self.feeds, None)
-        self.runs = 0
+        self.emulator, self.bars = Emulator(model, feeds[:MAX_FEEDS]), bars
+        self.floats = self.emulator.floats
+
+    @property
+    def runs(self) -> int:
+        return self.emulator.runs
 
     def snr(self, cpu_nodes) -> dict:
-        self.runs += 1
-        return emulated_snr(self.model, self.feeds, self.reference, cpu_nodes, self.floats)
+        return self.emulator.snr(cpu_nodes)
 
     def alone(self, tensors) -> dict:
-        """Worst SNR per output with only ``tensors`` rounded."""
-        self.runs += 1
-        return emulated_snr(rounding_only(self.model, tensors), self.feeds, self.reference, None, self.floats)
+        """Worst SNR per output with only ``tensors`` (of the emulated, ``If``-folded model) rounded."""
+        return self.emulator.alone(tensors)
 
     def passes(self, snr: dict, margin: float = MARGIN_DB) -> bool:
         return all(snr.get(o, math.inf) >= bar + margin for o, bar in self.bars.items())
@@ -159,7 +160,7 @@ def _fewest_kept(screen: _Screen, model, base: set, tensors: list) -> list | Non
     to pass: delta debugging (Zeller's *ddmin*) from all of them, removing chunks while it still
     passes, within :data:`MAX_RUNS`; ``None`` when not even all of them pass."""
     kept = list(tensors)
-    if not kept or not screen.passes(screen.snr(_with_tensors(model, base, kept))):
+    if not kept or not screen.passes(screen.snr(_with_tensors(screen, base, kept))):
         return None
     parts = 2
     while len(kept) >= 2 and screen.runs < MAX_RUNS:
@@ -167,7 +168,7 @@ def _fewest_kept(screen: _Screen, model, base: set, tensors: list) -> list | Non
         chunks = [kept[i:i + size] for i in range(0, len(kept), size)]
         for chunk in chunks:
             rest = [t for t in kept if t not in set(chunk)]
-            if screen.runs < MAX_RUNS and screen.passes(screen.snr(_with_tensors(model, base, rest))):
+            if screen.runs < MAX_RUNS and screen.passes(screen.snr(_with_tensors(screen, base, rest))):
                 kept, parts = rest, max(parts - 1, 2)
                 break
         else:
@@ -177,10 +178,13 @@ def _fewest_kept(screen: _Screen, model, base: set, tensors: list) -> list | Non
     return kept
 
 
-def _with_tensors(model: onnx.ModelProto, nodes: set, tensors) -> set:
-    """``nodes`` plus the producer and every reader of each of ``tensors`` (no ``Constant`` node)."""
-    wanted = set(tensors)
-    return nodes | {n.name for n in model.graph.node if n.op_type != "Constant"
+def _with_tensors(screen: _Screen, nodes: set, tensors) -> set:
+    """``nodes`` plus the top-level nodes that produce or read each of ``tensors`` (of the emulated
+    model; an inlined branch's node stands for its ``If``), no ``Constant`` node and no node that
+    computes no float (shapes and control values are copied into each part, not placed)."""
+    wanted, folded = set(tensors), screen.emulator.folded
+    return nodes | {screen.emulator.top(n.name) for n in folded.graph.node if n.op_type != "Constant"
+                    and any(o in screen.floats for o in n.output)
                     and (set(n.output) & wanted or set(reads(n)) & wanted)}
 
 
@@ -206,7 +210,9 @@ def precision_regions(model: onnx.ModelProto, feeds_list, bars: dict, *, recurre
     """
     screen = _Screen(model, feeds_list, bars)
     base = {n.name for n in model.graph.node if is_recurrent(n)} if recurrent else set()
-    cone = upstream_nodes(model, bars)
+    top_floats = float_tensors(model)
+    cone = [n for n in upstream_nodes(model, bars) if any(o in top_floats for o in n.output)]
+    folded_cone = upstream_nodes(screen.emulator.folded, bars)
     regions: list = []
     notes: list = []
 
@@ -228,19 +234,19 @@ def precision_regions(model: onnx.ModelProto, feeds_list, bars: dict, *, recurre
         notes.append(f"emulated FP16 with {', '.join(first.nodes)} on the CPU: worst {first.worst:.1f} dB — "
                      f"enough by the emulation")
         return regions, notes
-    tensors = [t for n in cone for t in n.output if t in screen.floats and n.name not in base]
+    tensors = [t for n in folded_cone for t in n.output if t in screen.floats and screen.emulator.top(n.name) not in base]
     sensitive = _sensitive(screen, tensors)
     if sensitive:
         shown = ", ".join(f"'{t}' ({v:.1f} dB)" for t, v in list(sensitive.items())[:6])
         notes.append(f"where FP16 rounding starts (emulated on the CPU, each tensor rounded alone): {shown} — each "
                      f"alone brings an output below its bar")
-        region = add(_with_tensors(model, base, sensitive), "the precision-sensitive tensors' producers and readers"
+        region = add(_with_tensors(screen, base, sensitive), "the precision-sensitive tensors' producers and readers"
                      + (" and the recurrent node(s)" if base else ""), sensitive)
         if screen.passes(region.emulated):
             return regions, notes
     kept = _fewest_kept(screen, model, base, tensors)
     if kept is not None:
-        add(_with_tensors(model, base, kept), f"the producers and readers of the {len(kept)} tensor(s) that must stay "
+        add(_with_tensors(screen, base, kept), f"the producers and readers of the {len(kept)} tensor(s) that must stay "
             f"FP32 (fewest found)" + (" and the recurrent node(s)" if base else ""), dict.fromkeys(kept, None))
     order = [n.name for n in cone]
     lo, hi = 1, len(order)
