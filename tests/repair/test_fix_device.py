@@ -135,3 +135,26 @@ def test_simulator_modes_are_asked_for_by_name(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "aipc", "fix", str(tmp_path), "--simulator-modes", "fp64"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 64 and "unknown mode(s) fp64" in proc.stderr
+
+
+def test_an_if_the_feeds_decide_is_emulated_inlined_and_named_by_its_top_level_node():
+    """silero-vad's shape: an ``If`` on ``sr`` whose branch holds the LSTM. The emulation inlines the branch
+    ``sr`` selects (as the QNN backend compiles it), so its arithmetic is rounded too, and maps every inlined
+    node back to the ``If`` — the only name a recipe can give it; the ``If`` counts as recurrent."""
+    from onnxwrapper.patches import name_unnamed_nodes
+    from onnxwrapper.repair.fix._emulate import Emulator, flattened
+    from onnxwrapper.repair.fix._regions import is_recurrent, upstream_nodes
+    from tests import cf_models
+
+    model = onnx.load_model_from_string(cf_models.if_lstm(static=True, stride8k=8))
+    name_unnamed_nodes(model)
+    feeds = [cf_models.if_feeds(seed=s) for s in range(2)]
+    the_if = next(n for n in model.graph.node if n.op_type == "If")
+    assert is_recurrent(the_if) and the_if.name in {n.name for n in upstream_nodes(model, ["stateN"])}
+    folded, owner, plain = flattened(model, feeds)
+    assert "sr" not in plain[0] and not any(n.op_type == "If" for n in folded.graph.node)
+    assert {owner[n.name] for n in folded.graph.node if n.op_type == "LSTM"} == {the_if.name}
+    emulator = Emulator(model, feeds)
+    assert emulator.snr([the_if.name])["stateN"] > emulator.snr([])["stateN"]  # the branch in FP32 on the CPU
+    mixed = [cf_models.if_feeds(sr=8000, seed=0)] + feeds  # the calls disagree on sr: nothing is folded
+    assert flattened(model, mixed)[1] == {}

@@ -152,13 +152,18 @@ def emulated_snr(model: onnx.ModelProto, feeds_list, reference: list, cpu_nodes=
     return worst
 
 
-def _tag(graph, prefix: str) -> None:
-    """Prefix the names of every node of ``graph`` (and of its subgraphs) with ``prefix//``."""
-    for node in graph.node:
-        node.name = f"{prefix}//{node.name}"
+def _tag(graph, prefix: str, seen: set) -> None:
+    """Prefix the names of every node of ``graph`` (and of its subgraphs) with ``prefix//``, unnamed
+    and repeated names made unique (ORT refuses two nodes of one name once a branch is inlined)."""
+    for k, node in enumerate(graph.node):
+        name = f"{prefix}//{node.name or f'{node.op_type}_{k}'}"
+        while name in seen:
+            name += "'"
+        seen.add(name)
+        node.name = name
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                _tag(sub, prefix)
+                _tag(sub, prefix, seen)
 
 
 def flattened(model: onnx.ModelProto, feeds_list) -> tuple[onnx.ModelProto, dict, list]:
@@ -176,10 +181,11 @@ def flattened(model: onnx.ModelProto, feeds_list) -> tuple[onnx.ModelProto, dict
         return model, {}, list(feeds_list)
     tagged = onnx.ModelProto()
     tagged.CopyFrom(model)
+    seen = {n.name for n in tagged.graph.node}
     for node in tagged.graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
-                _tag(sub, node.name)
+                _tag(sub, node.name, seen)
     feeds = [{k: v for k, v in f.items() if k not in values} for f in feeds_list]
     try:
         folded, count = fold_ifs(bind_inputs(tagged, values), feeds[0])

@@ -35,7 +35,7 @@ from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.diff._report import sanitize
 from onnxwrapper.errors import RecipeError
 from onnxwrapper.repair.fix._candidates import candidates_for
-from onnxwrapper.repair.fix._emulate import emulated_runs, emulated_snr
+from onnxwrapper.repair.fix._emulate import Emulator
 from onnxwrapper.repair.fix._explain import clamp_notes, why_not_repaired
 from onnxwrapper.repair.fix._ranges import reference_ranges
 from onnxwrapper.repair.fix._verify import Trial, baseline_from_diff, run_trial
@@ -97,9 +97,10 @@ def _key(cand) -> str:
 
 def _emulate(candidates, proto, feeds, notes: list) -> None:
     """Fill in ``emulated`` of each candidate without one: its recipe applied, its CPU groups in FP32,
-    the rest FP16-emulated on the CPU (:mod:`onnxwrapper.repair.fix._emulate`; one CPU run each)."""
+    the rest FP16-emulated on the CPU (:class:`~onnxwrapper.repair.fix._emulate.Emulator`; one CPU
+    run each)."""
     try:
-        reference = emulated_runs(proto, feeds, None)
+        emulator = Emulator(proto, feeds)
     except Exception as exc:  # noqa: BLE001 - a model the CPU EP cannot run: nothing is screened
         notes.append(f"FP16 emulation not run ({type(exc).__name__}: {str(exc)[:160]}): every candidate is verified")
         return
@@ -108,7 +109,7 @@ def _emulate(candidates, proto, feeds, notes: list) -> None:
             continue
         try:
             repaired = apply_recipe(proto, ModelRecipe("0" * 64, rewrites=cand.rewrites, cpu_subgraphs=cand.cpu_subgraphs))
-            cand.emulated = emulated_snr(repaired.proto, feeds, reference, repaired.cpu_nodes)
+            cand.emulated = emulator.snr(repaired.cpu_nodes, model=repaired.proto)
         except Exception:  # noqa: BLE001 - this candidate is verified unscreened
             cand.emulated = None
 
