@@ -16,11 +16,12 @@ False}``), and a step passes when that run passes at both levels.
 2. **The decision-sensitive region inside it.** Its decision-sensitive output is the output read
    just before the first call fed other inputs than on the reference (a pipeline: this model's
    output changed what a later one saw), else its output closest to failing. Candidates, cheapest
-   first, each on top of the model's recipe so far: a kernel-avoiding rewrite at every node of that
-   output's subgraph it applies to; an exact upscale (``rescale``) of FP16 underflow there; the
-   subgraph on the CPU — its producer, the last quarter of the nodes it depends on, all of them; the
-   model at a simulator precision when asked for by name. The first whose run passes is the recipe;
-   when none does, the whole model on the CPU (step 1) is.
+   first, each on top of the model's recipe so far: the subgraph on the CPU — its producer, the last
+   quarter of the nodes it depends on —; a kernel-avoiding rewrite at every node of that output's
+   subgraph it applies to (none that would more than double the model); an exact upscale
+   (``rescale``) of FP16 underflow there; all of the subgraph on the CPU; the model at a simulator
+   precision when asked for by name. The first whose run passes is the recipe; when none does, the
+   whole model on the CPU (step 1) is.
 """
 
 from __future__ import annotations
@@ -83,37 +84,52 @@ def app_candidates(model: onnx.ModelProto, output: str, higher_precision: str | 
     groups0 = tuple(recipe.cpu_subgraphs) if recipe is not None else ()
     named = apply_recipe(model, ModelRecipe("0" * 64, rewrites=base)).proto if base else _named(model)
     cone = _cone(named, output)
-    view, nodes = GraphView(named), {n.name: n for n in named.graph.node}
-    result, seen = [], set()
-    done = {(r.rewrite, r.node) for r in base}
-    for patch in list_patches():
-        if patch.name in _NOT_KERNEL:
-            continue
-        hits = tuple(Rewrite(patch.name, n) for n in cone if (patch.name, n) not in done
-                     and patch.targets(nodes[n]) and patch.matches(nodes[n], view))
-        if hits:
-            result.append(("kernel", f"{patch.name} at the {len(hits)} node(s) of '{output}''s subgraph it applies to",
-                           base + hits, groups0, None))
-    if feeds_list:
-        try:
-            under, _why = exact_underflow_rewrites(model, list(feeds_list), base)
-        except Exception:  # noqa: BLE001 - a model the CPU EP cannot run with every tensor exposed
-            under = []
-        if under:
-            result.append(("exact", f"{len(under)} exact upscale(s) of FP16 underflow", base + tuple(under), groups0,
-                           None))
+    regions, seen = [], set()
     for size, what in ((1, "its producer"), (max(1, len(cone) // 4), "the last quarter of its subgraph"),
                        (len(cone), "its whole subgraph")):
         tail = tuple(cone[-size:])
         if not tail or tail in seen:
             continue
         seen.add(tail)
-        result.append(("cpu", f"'{output}': {what} on the CPU ({len(tail)} node(s))", base,
-                       groups0 + node_groups(named, tail), None))
+        regions.append(("cpu", f"'{output}': {what} on the CPU ({len(tail)} node(s))", base,
+                        groups0 + node_groups(named, tail), None))
+    rewrites = _kernel_steps(named, cone, output, base, groups0)
+    if feeds_list:
+        try:
+            under, _why = exact_underflow_rewrites(model, list(feeds_list), base)
+        except Exception:  # noqa: BLE001 - a model the CPU EP cannot run with every tensor exposed
+            under = []
+        if under:
+            rewrites.append(("exact", f"{len(under)} exact upscale(s) of FP16 underflow", base + tuple(under), groups0,
+                             None))
+    result = regions[:-1] + rewrites + regions[-1:]  # the whole subgraph on the CPU last: it costs the most NPU
     if higher_precision:
         result.append(("precision", f"the model at precision {higher_precision} (a simulator mode)", base, groups0,
                        higher_precision))
     return result
+
+
+def _kernel_steps(named: onnx.ModelProto, cone: list, output: str, base: tuple, groups0: tuple) -> list:
+    """A kernel-avoiding rewrite at every node of ``cone`` it applies to, per rewrite — unless it would
+    more than double the model (``conv_taps`` on an STFT's 256-tap ``Conv``: a compile past its budget)."""
+    view, nodes = GraphView(named), {n.name: n for n in named.graph.node}
+    done = {(r.rewrite, r.node) for r in base}
+    steps = []
+    for patch in list_patches():
+        if patch.name in _NOT_KERNEL:
+            continue
+        hits = tuple(Rewrite(patch.name, n) for n in cone if (patch.name, n) not in done
+                     and patch.targets(nodes[n]) and patch.matches(nodes[n], view))
+        if not hits:
+            continue
+        try:
+            grown = len(apply_recipe(named, ModelRecipe("0" * 64, rewrites=hits)).proto.graph.node) - len(named.graph.node)
+        except Exception:  # noqa: BLE001 - a rewrite that does not apply here is not a step
+            continue
+        if grown <= max(64, len(named.graph.node)):
+            steps.append(("kernel", f"{patch.name} at the {len(hits)} node(s) of '{output}''s subgraph it applies to",
+                          base + hits, groups0, None))
+    return steps
 
 
 def _named(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -197,6 +213,10 @@ def search_app_level(fixes, result, reference, label: str, *, book: dict, workdi
         mf.model, mf.sha256 = key, info.sha256
         judge = _Judge(mf, book, os.path.join(workdir, key), confirm, say, len(proto.graph.node))
         every = tuple(n.name for n in proto.graph.node if n.op_type != "Constant")
+        prior = book.get(info.sha256)
+        if prior is not None and not prior.rewrites and set(every) <= set(prior.cpu_nodes):
+            mf.path.append(f"'{key}' runs on the CPU already (its recipe): not the one")
+            continue
         whole = ModelRecipe(info.sha256, os.path.basename(info.path or ""), key, (), (every,), None,
                             targets=recipe_targets(None))
         trial, run = judge("cpu", f"which model flips it: '{key}' entirely on the CPU, every other model on the NPU",
