@@ -35,7 +35,7 @@ import onnx
 
 from onnxwrapper.patches import GraphView, list_patches, name_unnamed_nodes
 from onnxwrapper.repair.fix._candidates import node_groups
-from onnxwrapper.repair.fix._emulate import float_tensors
+from onnxwrapper.repair.fix._emulate import control_nodes
 from onnxwrapper.repair.fix._regions import upstream_nodes
 from onnxwrapper.repair.fix._result import ModelFix
 from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites
@@ -75,8 +75,8 @@ def _cone(model: onnx.ModelProto, output: str) -> list:
     """Names of the nodes ``output`` depends on, in graph order — those that compute a float (shape
     and control computations are copied into each part by the split, and a specialization may fold
     them away: a recipe never names them)."""
-    floats = float_tensors(model)
-    return [n.name for n in upstream_nodes(model, [output]) if any(o in floats for o in n.output)]
+    control = control_nodes(model)
+    return [n.name for n in upstream_nodes(model, [output]) if n.name not in control]
 
 
 def app_candidates(model: onnx.ModelProto, output: str, higher_precision: str | None, feeds_list=(),
@@ -216,8 +216,8 @@ def search_app_level(fixes, result, reference, label: str, *, book: dict, workdi
         proto = _named(onnx.load_model_from_string(_bytes(info.model_source())))
         mf.model, mf.sha256 = key, info.sha256
         judge = _Judge(mf, book, os.path.join(workdir, key), confirm, say, len(proto.graph.node))
-        floats = float_tensors(proto)
-        every = tuple(n.name for n in proto.graph.node if n.op_type != "Constant" and any(o in floats for o in n.output))
+        control = control_nodes(proto)
+        every = tuple(n.name for n in proto.graph.node if n.op_type != "Constant" and n.name not in control)
         prior = book.get(info.sha256)
         if prior is not None and not prior.rewrites and set(every) <= set(prior.cpu_nodes):
             mf.path.append(f"'{key}' runs on the CPU already (its recipe): not the one")

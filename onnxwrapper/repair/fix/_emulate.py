@@ -31,7 +31,7 @@ from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 from onnxwrapper.diff._judge import ArrayPair, compute_metrics
 from onnxwrapper.kernel import bind_inputs, control_scalars, fold_ifs
 
-__all__ = ["Emulator", "float_tensors", "fp16_emulation", "emulated_runs", "emulated_snr", "flattened"]
+__all__ = ["Emulator", "control_nodes", "float_tensors", "fp16_emulation", "emulated_runs", "emulated_snr", "flattened"]
 
 _FLOATS = {TensorProto.FLOAT}
 
@@ -53,6 +53,23 @@ def float_tensors(model: onnx.ModelProto) -> set:
                 if a.name == "value" and a.t.data_type in _FLOATS:
                     found.add(node.output[0])
     return found
+
+
+def control_nodes(model: onnx.ModelProto) -> set:
+    """Names of the nodes every output of which has a known type other than float (shapes, indices,
+    conditions): the split copies them into each part and a specialization may fold them away, so a
+    recipe never places them. Nodes of unknown output type are not among them."""
+    types = {i.name: i.data_type for i in model.graph.initializer}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - nothing known: no node is a control node
+        return set()
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return {n.name for n in model.graph.node if n.output and all(
+        o and o in types and types[o] not in _FLOATS | {TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+        for o in n.output)}
 
 
 def fp16_emulation(model: onnx.ModelProto, cpu_nodes=(), floats: set | None = None) -> onnx.ModelProto:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from onnxwrapper.repair.fix._emulate import Emulator, float_tensors, fp16_emulation
+from onnxwrapper.repair.fix._emulate import Emulator, control_nodes, fp16_emulation
 
 __all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "is_recurrent", "precision_regions", "reads",
            "rounding_only", "upstream_nodes"]
@@ -121,6 +121,7 @@ class _Screen:
     def __init__(self, model, feeds, bars: dict) -> None:
         self.emulator, self.bars = Emulator(model, feeds[:MAX_FEEDS]), bars
         self.floats = self.emulator.floats
+        self.control = control_nodes(self.emulator.folded)
 
     @property
     def runs(self) -> int:
@@ -184,8 +185,7 @@ def _with_tensors(screen: _Screen, nodes: set, tensors) -> set:
     computes no float (shapes and control values are copied into each part, not placed)."""
     wanted, folded = set(tensors), screen.emulator.folded
     return nodes | {screen.emulator.top(n.name) for n in folded.graph.node if n.op_type != "Constant"
-                    and any(o in screen.floats for o in n.output)
-                    and (set(n.output) & wanted or set(reads(n)) & wanted)}
+                    and n.name not in screen.control and (set(n.output) & wanted or set(reads(n)) & wanted)}
 
 
 def _ordered(model: onnx.ModelProto, names: set) -> tuple:
@@ -210,8 +210,8 @@ def precision_regions(model: onnx.ModelProto, feeds_list, bars: dict, *, recurre
     """
     screen = _Screen(model, feeds_list, bars)
     base = {n.name for n in model.graph.node if is_recurrent(n)} if recurrent else set()
-    top_floats = float_tensors(model)
-    cone = [n for n in upstream_nodes(model, bars) if any(o in top_floats for o in n.output)]
+    control = control_nodes(model)
+    cone = [n for n in upstream_nodes(model, bars) if n.name not in control]
     folded_cone = upstream_nodes(screen.emulator.folded, bars)
     regions: list = []
     notes: list = []
