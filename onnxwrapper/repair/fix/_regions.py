@@ -4,25 +4,31 @@ When error *accumulates* — a recurrent state (``LSTM``, ``GRU``, ``RNN``, ``Sc
 over hundreds of steps, or values whose FP16 rounding loses what matters — no rewrite of one node
 removes it, and a device has no FP32 mode. What a device can run is the part that needs FP32 on
 its CPU. Which part is measured on the CPU with the FP16 emulation
-(:mod:`onnxwrapper.repair.fix._emulate`), so no candidate is compiled to find it:
+(:mod:`onnxwrapper.repair.fix._emulate`, ``If`` nodes the feeds decide inlined), so no candidate is
+compiled to find it. Regions are named by top-level nodes (an ``If`` stands for its branch) and
+never hold a control node (shapes, conditions: the split copies those):
 
-1. ``base`` — the recurrent nodes (the emulation cannot see their state's FP16 drift, so they are on
-   the CPU whenever the model has any) — alone: if the emulation of the rest in FP16 reaches the
-   bar, that is the region.
-2. Where rounding starts: each float tensor the failing outputs depend on is rounded *alone* (every
-   other tensor FP32) — in groups first, halved while a group costs the outputs their bar (group
-   testing, at most :data:`MAX_RUNS` emulated runs). A tensor whose rounding alone brings an output
-   below the bar is *precision-sensitive*; its producer and its readers go to the CPU, so it never
-   crosses to the NPU (faster-whisper's VAD: the STFT's squared magnitudes, ≈ 1e-8 in quiet
-   windows, subnormal in FP16 — rounding them alone costs ``hn`` 40 dB; ``Pow``, ``Pow``, ``Add``,
-   ``Sqrt`` and the LSTM on the CPU: emulated 51.3 dB, measured 51.6 dB on the HTP simulator).
-3. Else the upstream part: the nodes the failing outputs depend on, from the last backwards, the
-   shortest suffix the emulation says passes (bisected); 4. all of them.
+0. A model without recurrent nodes whose whole FP16 emulation reaches every bar gets no region: what
+   fails is not the rounding of its tensors (a wrong kernel: the backend's localization finds it).
+1. ``base`` — the recurrent nodes, and nodes whose subgraphs hold one (the emulation cannot see a
+   state's FP16 drift, so they are on the CPU whenever the model has any) — alone: if the emulation
+   of the rest in FP16 reaches every bar with :data:`MARGIN_DB` to spare, that is the region.
+2. Where rounding starts: each float tensor the outputs depend on is rounded *alone* (every other
+   tensor FP32) — in groups first, halved while a group costs an output its bar plus the margin
+   (group testing, at most :data:`MAX_RUNS` emulated runs in all). Such a tensor is
+   *precision-sensitive*; its producer and its readers go to the CPU, so it never crosses to the
+   NPU (faster-whisper's VAD: the STFT's squared magnitudes, ≈ 1e-8 in quiet windows, subnormal in
+   FP16 — each rounded alone costs ``hn`` 22.6–30.7 dB; ``Pow``, ``Pow``, ``Add``, ``Sqrt`` and the
+   LSTM on the CPU: emulated 51.3 dB, measured 51.6 dB on the HTP simulator).
+3. The fewest tensors to keep FP32 for the emulation to pass (delta debugging from all of them).
+4. The shortest tail of the nodes the outputs depend on that the emulation says passes (bisected);
+   5. all of them.
 
-Each region comes with its emulated worst SNR; the fix verifies them on the backend in this order
-and keeps the first that passes. The emulation is a screen (it rounds tensors, not arithmetic
-inside an operator): a region it predicts passing can still fail on the backend, and the next is
-tried.
+Each region comes with its emulated worst SNR per output; the fix verifies them on the backend in
+this order (skipping those the emulation puts below a bar) and keeps the first that passes. The
+emulation is a screen (it rounds tensors, not arithmetic inside an operator): a region it predicts
+passing can still fail on the backend (silero-vad's op15: emulated 34.7 dB, measured 5.6 dB), and
+the next is tried.
 """
 
 from __future__ import annotations
@@ -32,10 +38,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from onnxwrapper.repair.fix._emulate import Emulator, control_nodes, fp16_emulation
+from onnxwrapper.repair.fix._emulate import Emulator, control_nodes
 
 __all__ = ["MARGIN_DB", "MAX_RUNS", "RECURRENT", "Region", "is_recurrent", "precision_regions", "reads",
-           "rounding_only", "upstream_nodes"]
+           "upstream_nodes"]
 
 #: ops that carry a state from step to step (their FP16 rounding accumulates)
 RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop"}
@@ -63,19 +69,6 @@ class Region:
     def worst(self) -> float:
         """The lowest emulated SNR of an output (``inf`` when none was measured)."""
         return min(self.emulated.values(), default=math.inf)
-
-
-def rounding_only(model: onnx.ModelProto, tensors) -> onnx.ModelProto:
-    """``model`` in FP32 with only ``tensors`` FP16-rounded (for every reader): what rounding them
-    alone costs. Built on :func:`~onnxwrapper.repair.fix._emulate.fp16_emulation`: every node but
-    the readers of ``tensors`` is a CPU node, and each reader rounds only those inputs."""
-    wanted = set(tensors)
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    readers = [n for n in out.graph.node if set(n.input) & wanted]
-    cpu = [n.name for n in out.graph.node]
-    return fp16_emulation(out, cpu_nodes=[c for c in cpu if c not in {r.name for r in readers}],
-                          floats=wanted) if readers else out
 
 
 def reads(node) -> list:
