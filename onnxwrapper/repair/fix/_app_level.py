@@ -219,7 +219,8 @@ def search_app_level(fixes, result, reference, label: str, *, book: dict, workdi
         control = control_nodes(proto)
         every = tuple(n.name for n in proto.graph.node if n.op_type != "Constant" and n.name not in control)
         prior = book.get(info.sha256)
-        if prior is not None and not prior.rewrites and set(every) <= set(prior.cpu_nodes):
+        if prior is not None and ((not prior.rewrites and set(every) <= set(prior.cpu_nodes))
+                                  or (prior.verified or {}).get("npu_nodes") == 0):
             mf.path.append(f"'{key}' runs on the CPU already (its recipe): not the one")
             continue
         whole = ModelRecipe(info.sha256, os.path.basename(info.path or ""), key, (), (every,), None,
