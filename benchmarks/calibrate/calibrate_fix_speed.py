@@ -11,7 +11,8 @@ a split model — and nothing is skipped that a real app would run. It prints th
 their ratio (the target: at most ``--target``, default 3×), the verdict, and ``aipc fix``'s time per
 stage (read from its ``fix.json``).
 
-Measured (2-core host shared with other jobs, simulator): see docs/repair.md ("At scale").
+Measured (2-core host shared with other jobs, simulator, 1999 nodes): aipc diff --localize 148.7 s,
+aipc fix --confirm 93.5 s (0.63×); again on a busier host 179.0 s and 139.1 s (0.78×).
 
 Usage: ``python benchmarks/calibrate/calibrate_fix_speed.py [--blocks 55] [--levels 3] [--target 3]``
 (from the repository root). A few minutes on a 2-core host. Exit status 0 when the target is met.
