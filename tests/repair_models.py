@@ -337,3 +337,25 @@ def cqt_log(n: int = 256, bins: int = 64) -> bytes:
 def cqt_inputs(n: int = 256) -> np.ndarray:
     """A pure tone, amplitude 0.5 at 0.2 cycles per sample: float[1, n]."""
     return (0.5 * np.sin(2 * np.pi * 0.2 * np.arange(n))).astype(np.float32)[None]
+
+
+def subnormal_squares() -> bytes:
+    """An STFT-magnitude pattern whose squares leave FP16's normal range: ``Sqrt(x·x + y·y)`` for
+    x, y ≈ 1e-4 (squares ≈ 1e-8: subnormal in FP16, 1–3 significant bits), then a gain and a
+    ``MatMul``. Rounding the squares alone to FP16 costs the output ≈ 20 dB; the magnitude itself
+    (≈ 1e-4) is normal. The squares' producers and readers on the CPU (``Mul``, ``Mul``, ``Add``,
+    ``Sqrt``) repair it in the FP16 emulation. x, y: float[4, 64]; out: float[4, 16]."""
+    rng = np.random.default_rng(31)
+    nodes = [h.make_node("Mul", ["x", "x"], ["xx"], name="square_x"), h.make_node("Mul", ["y", "y"], ["yy"], name="square_y"),
+             h.make_node("Add", ["xx", "yy"], ["ss"], name="sum"), h.make_node("Sqrt", ["ss"], ["mag"], name="magnitude"),
+             h.make_node("Mul", ["mag", "gain"], ["g"], name="gain"), h.make_node("MatMul", ["g", "w"], ["out"], name="proj")]
+    inits = [nh.from_array(np.array(1e4, np.float32), "gain"),
+             nh.from_array((rng.standard_normal((WIDTH, 16)) * 0.1).astype(np.float32), "w")]
+    return make_model(h.make_graph(nodes, "subnormal", [_vi("x", [4, WIDTH]), _vi("y", [4, WIDTH])],
+                                   [_vi("out", [4, 16])], inits))
+
+
+def subnormal_inputs(seed: int = 0) -> dict:
+    """Inputs of :func:`subnormal_squares`: x, y ≈ 1e-4 (float[4, 64])."""
+    rng = np.random.default_rng(seed)
+    return {k: (rng.standard_normal((4, WIDTH)) * 1e-4).astype(np.float32) for k in ("x", "y")}

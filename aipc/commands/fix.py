@@ -8,7 +8,8 @@ For each model whose outputs failed on values (its localization is read from the
 made now), candidates are tried from the cheapest and most exact to the most costly: exact rewrites
 that keep FP16 in range (power-of-two rescaling, a max-subtracted softmax), rewrites that avoid a
 wrong kernel (Pow(x, 2) as Mul(x, x), a dilated or wide Conv1d tap by tap, the patch registry), the
-culprit subgraph on the CPU, and higher precision where the target has one. Each is verified by
+culprit subgraph on the CPU — only what a device runs, unless a simulator mode is asked for by name
+(--simulator-modes fp32). Each is verified by
 replaying the model's recorded calls on the backend and judging them with the diff's own tolerances;
 the first that passes goes into the recipe file (default DIFF_DIR/repairs.json). A diff folder never
 chooses what runs: to run the script once more with the recipe, name it (--confirm-with SCRIPT
@@ -30,7 +31,7 @@ import sys
 
 from aipc._exit_codes import EXIT_USAGE
 from onnxwrapper.diff import console_safe
-from onnxwrapper.repair.fix import REMEDIES, fix
+from onnxwrapper.repair.fix import REMEDIES, SIMULATOR_MODES, fix
 
 
 
@@ -53,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                               "the rest of the command line belongs to it")
     confirm.add_argument("--no-confirm", action="store_true",
                          help="no confirmation run (the default; kept for older command lines)")
+    parser.add_argument("--simulator-modes", metavar="LIST", default="",
+                        help="also search these modes of the x86-64 HTP simulator that no device has (fp32); "
+                             "default none: every recipe runs on a device")
     parser.add_argument("--no-localize", action="store_true",
                         help="do not localize models the diff did not localize (candidates from value ranges only)")
     parser.add_argument("--timeout", type=float, metavar="SECONDS", help="limit per child process")
@@ -72,6 +76,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"aipc fix: error: --remedies: unknown kind(s) {', '.join(unknown) or '(none given)'}; "
               f"expected some of {','.join(REMEDIES)}", file=sys.stderr)
         return EXIT_USAGE
+    modes = [m.strip() for m in args.simulator_modes.split(",") if m.strip()]
+    if any(m not in SIMULATOR_MODES for m in modes):
+        print(f"aipc fix: error: --simulator-modes: unknown mode(s) {', '.join(m for m in modes if m not in SIMULATOR_MODES)}; "
+              f"expected some of {','.join(SIMULATOR_MODES)}", file=sys.stderr)
+        return EXIT_USAGE
     progress = None if args.quiet else (lambda stage: print(f"aipc fix: {stage}", file=sys.stderr, flush=True))
     if args.confirm_with is not None and not args.confirm_with:
         print("aipc fix: error: --confirm-with: expected SCRIPT [ARGS…] (or -m MODULE [ARGS…])", file=sys.stderr)
@@ -79,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     confirm = args.confirm_with if args.confirm_with else (True if args.confirm else None)
     result = fix(directory, backends=args.backends.split(",") if args.backends else None, remedies=remedies,
                  output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=confirm,
-                 localize=not args.no_localize,
+                 localize=not args.no_localize, simulator_modes=modes,
                  timeout=args.timeout, progress=progress)
     print(console_safe(result.text()))  # model and node names, messages: from elsewhere
     path = result.write_json(args.json or os.path.join(directory, "fix.json"))

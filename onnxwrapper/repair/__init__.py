@@ -29,10 +29,11 @@ Importing it imports onnx, onnxruntime and numpy only; no I/O.
 from __future__ import annotations
 
 from onnxwrapper.repair import recipe
-from onnxwrapper.repair.recipe import (FORMAT, PRECISIONS, VERSION, ModelPart, ModelRecipe, RecipeBook, RepairedModel, Rewrite,
-                                      UnverifiedRecipeWarning, apply_recipe, assemble, boundary_types, check_recipe,
-                                      load_recipes, model_sha256, part_model, read_names, replica_copies, replicated_nodes,
-                                       scaled_tensors, split_stages, tensor_types)
+from onnxwrapper.repair.recipe import (FORMAT, PRECISIONS, TARGETS, VERSION, ModelPart, ModelRecipe, RecipeBook,
+                                      RepairedModel, Rewrite, UnverifiedRecipeWarning, apply_recipe, assemble,
+                                      boundary_types, check_recipe, load_recipes, model_sha256, part_model, read_names,
+                                      recipe_targets, replica_copies, replicated_nodes, scaled_tensors, split_stages,
+                                      tensor_types)
 
 #: exactly :mod:`onnxwrapper.repair.recipe`'s names
 __all__ = list(recipe.__all__)

@@ -22,7 +22,7 @@ __all__ = ["localize_failures"]
 
 def localize_failures(result: DiffResult, *, timeout: float | None = None, progress: Callable | None = None,
                       max_tensors: int = 256, max_bytes: int = 512 * 1024 ** 2,
-                      env: Mapping[str, str] | None = None) -> list:
+                      env: Mapping[str, str] | None = None, only=None) -> list:
     """Localize every failing (backend, model) of ``result``; appends to ``result.localizations``.
 
     For each backend and model with an output that failed on values (``tolerance``/``nonfinite``),
@@ -34,6 +34,7 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
         timeout: seconds per child run. progress: as for :func:`run`.
         max_tensors / max_bytes: budget of one round (tensors, bytes); beyond it the graph is bisected.
         env: extra environment variables of the child processes.
+        only: ``{(run label, model key)}`` to localize (default: every failing one).
 
     Returns:
         The new :class:`~onnxwrapper.diff.Localization` objects (also appended to ``result``).
@@ -45,7 +46,8 @@ def localize_failures(result: DiffResult, *, timeout: float | None = None, progr
     by_key = ref_cap.calls_by_key()
     targets: dict[tuple[str, str], list] = {}
     for summary in result.outputs:
-        if summary.kind in ("tolerance", "nonfinite") and summary.worst is not None:
+        if summary.kind in ("tolerance", "nonfinite") and summary.worst is not None and (
+                only is None or (summary.backend, summary.model) in only):
             targets.setdefault((summary.backend, summary.model), []).append(summary)
     done = []
     root = unused_stem(os.path.join(result.directory, "localize")) if targets else ""

@@ -2,7 +2,8 @@
 
 :func:`fix` reads a diff folder, localizes each model that failed on values, tries the repair
 candidates (:data:`REMEDIES`: exact rewrites, kernel-avoiding rewrites, the model's known FP16 fix,
-the culprit on the CPU, higher precision), verifies each by replaying the model's recorded calls on
+the culprit on the CPU, CPU regions screened by an FP16 emulation; a simulator-only precision only
+when asked for by name: :data:`SIMULATOR_MODES`), verifies each by replaying the model's recorded calls on
 the backend with the candidate's recipe in a child process of its own (``python -m
 onnxwrapper.repair.fix._child``), and writes the recipes that pass (:mod:`onnxwrapper.repair.recipe`)
 with what they cost; the outcome is a :class:`FixResult`.
@@ -16,8 +17,8 @@ files) and on the recipe format; nothing below it imports it (backends import on
 
 from __future__ import annotations
 
-from onnxwrapper.repair.fix._api import fix
+from onnxwrapper.repair.fix._api import SIMULATOR_MODES, fix
 from onnxwrapper.repair.fix._candidates import REMEDIES
 from onnxwrapper.repair.fix._result import FixResult
 
-__all__ = ["FixResult", "REMEDIES", "fix"]
+__all__ = ["FixResult", "REMEDIES", "SIMULATOR_MODES", "fix"]

@@ -1,52 +1,53 @@
 """``aipc fix``: from a failing diff to a verified repair recipe (docs/repair.md).
 
-For each (backend run, model) of a diff directory whose outputs failed on values:
+For each (backend run, model) of a diff directory whose outputs failed on values
+(:mod:`onnxwrapper.repair.fix._model_fix`, each stage timed):
 
-1. the localization — read from the diff's ``report.json``, or run now (``--localize``'s rounds);
-2. the candidates, cheapest and most exact first (:mod:`onnxwrapper.repair.fix._candidates`):
-   exact rewrites, kernel-avoiding rewrites, the culprit on the CPU, higher precision;
+1. the localization — the diff's own (``aipc diff --localize``), reused, never repeated;
+2. the candidates, cheapest and most exact first, from measurements on the CPU
+   (:mod:`onnxwrapper.repair.fix._candidates`): exact rewrites, kernel-avoiding rewrites, the
+   culprit on the CPU, CPU regions screened by an FP16 emulation; a simulator mode (``fp32``) only
+   when asked for by name — by default every recipe runs on a device;
 3. each candidate is verified by replaying the model's recorded calls on the backend with the
    candidate's recipe and judging them with the diff's own tolerances
    (:mod:`onnxwrapper.repair.fix._verify`); the unrepaired model is replayed the same way first (the
-   baseline: the failure must reproduce, and it is what the costs are measured against);
+   baseline: the failure must reproduce, and it is what the costs are measured against); when
+   nothing passes and the diff did not localize, the backend's localization, then its candidates;
 4. the first candidate that passes (every one with ``try_all``) goes into the recipe file, keyed by
-   the model's sha256, with how it was verified and what it costs (NPU nodes, seconds per call).
+   the model's sha256, with how it was verified, what it costs (NPU nodes, seconds per call) and the
+   targets it holds on.
 
-Then, for a script diff, the script runs again under ``aipc diff`` with the recipe applied
-(``repairs={"file": …, "required": False}``) to confirm the app-level result. A diff directory
-made from a model instead of a script works the same (its captures have the same format); only
-the confirmation run is skipped. The backend must take the ``repairs`` option (``qnn`` does).
+Then, for a script diff and a command the user named or confirmed, the script runs again under
+``aipc diff`` with the recipe applied (``repairs={"file": …, "required": False}``) to confirm the
+app-level result; when the app's output still differs while every tensor passes, the app-level
+search (:mod:`onnxwrapper.repair.fix._app_level`) finds the model whose NPU outputs flip it and the
+smallest change inside it that makes the script agree. A diff directory made from a model instead
+of a script works the same (its captures have the same format); only the script runs are skipped.
+The backend must take the ``repairs`` option (``qnn`` does).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Callable, Iterable, Mapping
-
-import onnx
 
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import check, run
 from onnxwrapper.diff._capture import MANIFEST, malformed, read_capture, read_manifest, read_saved_report, unused_stem
 from onnxwrapper.diff._judge import Tolerance, Tolerances
 from onnxwrapper.diff._localize import localize_failures
-from onnxwrapper.diff._report import sanitize
-from onnxwrapper.errors import RecipeError
-from onnxwrapper.repair.fix._app_level import fix_app_level
-from onnxwrapper.repair.fix._candidates import REMEDIES, candidates_for
+from onnxwrapper.repair.fix._app_level import search_app_level
+from onnxwrapper.repair.fix._candidates import REMEDIES
 from onnxwrapper.repair.fix._confirm import ConfirmCommand, confirm_command
-from onnxwrapper.repair.fix._explain import clamp_notes, why_not_repaired
-from onnxwrapper.repair.fix._ranges import reference_ranges
+from onnxwrapper.repair.fix._model_fix import fix_model as _fix_model
 from onnxwrapper.repair.fix._result import FixResult, ModelFix
-from onnxwrapper.repair.fix._verify import Trial, run_trial
-from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook, apply_recipe, scaled_tensors
+from onnxwrapper.repair.recipe import RecipeBook
 
-__all__ = ["fix", "tolerances_from_dict"]
+__all__ = ["SIMULATOR_MODES", "fix", "tolerances_from_dict"]
 
-_RANGE_CALLS = 8
-_SPREAD_CALLS = 24
+#: modes of the x86-64 QNN HTP simulator that no device has, searched only when asked for by name
+SIMULATOR_MODES = ("fp32",)
 
 
 def tolerances_from_dict(doc: Mapping | None) -> Tolerances:
@@ -66,9 +67,12 @@ def _saved_report(directory: str) -> dict:
     return read_saved_report(directory)  # checked: the folder may come from elsewhere
 
 
-def _higher_precision(backend: str) -> str | None:
-    """``"fp32"`` when the backend has a ``precision`` option that accepts it and is not a real NPU
-    (the QNN HTP runs FP32 graphs in FP16 on devices; only its x86-64 simulator computes FP32)."""
+def _higher_precision(backend: str, simulator_modes) -> str | None:
+    """``"fp32"`` when it is asked for by name (``simulator_modes``), the backend has a ``precision``
+    option that accepts it, and is not a real NPU (the QNN HTP runs FP32 graphs in FP16 on devices;
+    only its x86-64 simulator computes FP32). ``None`` otherwise: a device-valid search."""
+    if "fp32" not in simulator_modes:
+        return None
     try:
         cls = default_registry().get(backend)
         if "precision" not in cls.options or default_registry().probe(backend).real_npu:
@@ -89,7 +93,7 @@ def _takes_repairs(backend: str) -> bool:
 def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[str] = REMEDIES,
         output=None, max_calls: int | None = None, try_all: bool = False, confirm=None,
         localize: bool = True, cwd=None, timeout: float | None = None, env: Mapping[str, str] | None = None,
-        progress: Callable | None = None) -> FixResult:
+        progress: Callable | None = None, simulator_modes: Iterable[str] = ()) -> FixResult:
     """Repair the failing models of a diff directory (module docstring).
 
     Args:
@@ -103,23 +107,28 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
             ``None``/``False`` none (default: a diff folder never chooses what runs); a command
             line ``["script.py", "arg", …]`` (or ``["-m", "pkg", …]``) that you name; ``True`` /
             ``"recorded"``: the diff's recorded command, only when the script at the recorded path
-            has the sha256 the diff recorded.
-        localize: localize failing models the diff did not localize (``False``: candidates from the
-            value ranges only — exact rewrites, the out-of-range region on the CPU, precision).
+            has the sha256 the diff recorded. When it shows the app's output still differing while
+            every tensor passes, the app-level search runs with the same command
+            (:mod:`onnxwrapper.repair.fix._app_level`).
+        localize: localize on the backend a failing model the diff did not localize, when no
+            candidate from the CPU's measurements passes (``False``: never).
         cwd: working directory of a confirmation command you name (and of the recorded one when the
-            diff recorded none) (default:
-            the current directory, as for ``aipc diff``).
+            diff recorded none) (default: the current directory, as for ``aipc diff``).
         timeout: seconds per child process. env: extra environment of the child processes.
         progress: ``progress(stage: str)`` callback.
+        simulator_modes: modes of the x86-64 simulator that no device has, to search too (by name,
+            from :data:`SIMULATOR_MODES`: ``"fp32"`` enables the ``precision`` candidates). Default
+            none: every recipe found runs on a device (FP16, rewrites, CPU regions) and records
+            ``targets: ["simulator", "device"]``.
 
     Returns:
         :class:`~onnxwrapper.diff.FixResult` (``exit_status`` 0 when every failing model got a
         verified recipe and the confirmation, if run, passed).
 
     Raises:
-        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or a malformed
-            ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture of the
-            folder that is not what its format says (the folder may come from elsewhere).
+        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or simulator mode,
+            or a malformed ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture
+            of the folder that is not what its format says (the folder may come from elsewhere).
     """
     started = time.perf_counter()
     directory = os.path.abspath(os.fspath(directory))
@@ -127,6 +136,10 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     unknown = [r for r in remedies if r not in REMEDIES]
     if unknown:
         raise ValueError(f"unknown remedy kind(s) {', '.join(unknown)}; expected some of {', '.join(REMEDIES)}")
+    simulator_modes = tuple(simulator_modes)
+    unknown = [m for m in simulator_modes if m not in SIMULATOR_MODES]
+    if unknown:
+        raise ValueError(f"unknown simulator mode(s) {', '.join(unknown)}; expected some of {', '.join(SIMULATOR_MODES)}")
     say = progress or (lambda _stage: None)
     result_check = check(directory)
     saved = _saved_report(directory)
@@ -135,12 +148,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     failing = sorted({(s.backend, s.model) for s in result_check.outputs if s.kind in ("tolerance", "nonfinite")})
     if backends is not None:
         failing = [f for f in failing if f[0] in set(backends)]
-    locs = {(d.get("backend"), d.get("model")): d for d in saved.get("localizations") or () if d.get("cause")}
-    result = FixResult(directory=directory, remedies=remedies)
-    if localize and any(f not in locs for f in failing):
-        say("localizing the failing models")
-        for loc in localize_failures(result_check, timeout=timeout, env=dict(env or {})):
-            locs.setdefault((loc.backend, loc.model), loc.to_dict())
+    locs = {(d.get("backend"), d.get("model")): d for d in saved.get("localizations") or ()}
+    result = FixResult(directory=directory, remedies=remedies, simulator_modes=simulator_modes)
     runs = result_check.runs
     if result_check.reference not in runs or not runs[result_check.reference].capture_dir:
         raise malformed(os.path.join(directory, MANIFEST), "reference",
@@ -157,139 +166,87 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
             continue
         begun = time.perf_counter()
         _fix_model(mf, run_, reference, result_check, tolerances, remedies, os.path.join(root, label, model),
-                   max_calls, try_all, timeout, env, say)
+                  max_calls=max_calls, try_all=try_all, timeout=timeout, env=env, say=say,
+                  higher_precision=_higher_precision(run_.backend, simulator_modes), localize=localize)
         mf.seconds = time.perf_counter() - begun
+    result.stage("model-level repairs", started)
+    command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
+    ctx = _AppContext(result, result_check, reference, directory, remedies, root, command, timeout, env, say, try_all,
+                      simulator_modes)
     if not failing:
-        _fix_app(result, result_check, reference, directory, backends, remedies, root, confirm, cwd, timeout, env,
-                 say, try_all)
-    chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
+        _fix_app(ctx, result_check, backends)
+    chosen = _book(result)
     if chosen:
-        book = RecipeBook(chosen)
-        result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
+        result.recipe_path = RecipeBook(chosen).save(output or os.path.join(directory, "repairs.json"))
     if chosen and result.confirmation is None:
-        _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
-                 confirm, cwd, timeout, env, say)
+        result.notes.append(note)
+        if command is not None:
+            begun = time.perf_counter()
+            say("confirming: the script again, with the recipe")
+            labels = {m.backend for m in result.models if m.recipe}
+            result.confirmation = _script_run(directory, runs, result_check.reference, labels, result.recipe_path,
+                                              command, timeout, env)
+            result.stage("confirmation", begun)
+            if not result.confirmation.passed and not result.confirmation.tensor_mismatch:
+                _fix_app(ctx, result.confirmation, backends, book=chosen)
+                chosen = _book(result)
+                result.recipe_path = RecipeBook(chosen).save(output or os.path.join(directory, "repairs.json"))
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _fix_model(mf: ModelFix, run_, reference, result_check, tolerances, remedies, workdir, max_calls, try_all,
-               timeout, env, say) -> None:
-    info = reference.models[mf.model]
-    proto = onnx.load_model_from_string(_model_bytes(info.model_source()))
-    worst = [s.worst for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model
-             and s.worst is not None and not s.passed]
-    first = {(w.session, w.index) for w in worst}
-    calls = [c for c in reference.calls if c.model == mf.model and c.method != "run_with_iobinding"]
-    calls.sort(key=lambda c: ((c.session, c.index) not in first, c.seq))
-    calls = calls[:max_calls] if max_calls else calls
-    mf.calls = [(c.session, c.index) for c in calls]
-    precision = next((s.precision for s in result_check.outputs if s.backend == mf.backend and s.model == mf.model),
-                     "fp16")
-    say(f"{mf.backend} {mf.model}: candidates")
-    # value ranges: the worst calls first, then calls spread over the recording (the loudest and the
-    # quietest inputs bound the power-of-two scales: an upscale for a quiet call must not overflow a loud one)
-    spread = calls[_RANGE_CALLS::max(1, (len(calls) - _RANGE_CALLS) // _SPREAD_CALLS)][:_SPREAD_CALLS]
-    feeds = [c.inputs() for c in calls[:_RANGE_CALLS] + spread]
-    candidates, notes = candidates_for(proto, mf.localization, feeds, precision, remedies=remedies,
-                                       higher_precision=_higher_precision(run_.backend))
-    mf.notes += notes
-    common = dict(label=mf.backend, backend=run_.backend, options=dict(run_.options), reference=reference,
-                  model=mf.model, calls=mf.calls, tolerances=tolerances, timeout=timeout, env=dict(env or {}))
-    say(f"{mf.backend} {mf.model}: baseline (no repair)")
-    mf.baseline = run_trial(Trial("baseline", "the model as it is", directory=os.path.join(workdir, "baseline")),
-                            nodes=len(proto.graph.node), **common)
-    name = os.path.basename(info.path) if info.path else ""
-    for k, cand in enumerate(candidates, 1):
-        recipe = ModelRecipe(mf.sha256, name, mf.model, cand.rewrites, cand.cpu_subgraphs, cand.precision)
-        trial = Trial(cand.kind, cand.title, recipe, cand.exactness, directory=os.path.join(workdir, f"candidate-{k}"))
-        say(f"{mf.backend} {mf.model}: candidate {k}/{len(candidates)}: {cand.title}")
-        mf.trials.append(run_trial(trial, nodes=_node_count(proto, recipe), **common))
-        mf.notes += cand.notes
-        if trial.passed and mf.recipe is None:
-            mf.chosen = trial
-            mf.recipe = _with_checks(_verified(recipe, trial, mf, run_), proto, feeds)
-            if not try_all:
-                break
-    mf.notes += clamp_notes(mf.baseline, mf.trials)
-    if mf.recipe is None:
-        mf.notes += why_not_repaired(proto, mf.localization, mf.baseline, mf.trials)
+def _book(result: FixResult) -> dict:
+    """``{sha256: recipe}`` of the recipes found, a later (app-level) recipe of a model replacing an
+    earlier one (it includes the earlier one's rewrites and CPU groups)."""
+    return {m.sha256: m.recipe for m in result.models if m.recipe is not None}
 
 
-def _with_checks(recipe: ModelRecipe, proto, feeds) -> ModelRecipe:
-    """``recipe`` with the reference's peak of every tensor its rescales scale (``checks.peaks``),
-    over the same calls ``feeds`` the candidates were chosen from, which backends check where they
-    apply it (:func:`onnxwrapper.repair.check_recipe`)."""
-    scaled = scaled_tensors(proto, recipe)
-    if not scaled:
-        return recipe
-    ranges, _order = reference_ranges(proto, feeds)
-    return dataclasses.replace(recipe, checks={"peaks": {t: float(ranges[t]) for t in scaled if t in ranges}})
+class _AppContext:
+    """What the app-level search needs of :func:`fix` (one object instead of a dozen arguments)."""
+
+    def __init__(self, result, result_check, reference, directory, remedies, root, command, timeout, env, say, try_all,
+                 simulator_modes) -> None:
+        self.result, self.result_check, self.reference, self.directory = result, result_check, reference, directory
+        self.remedies, self.root, self.command, self.timeout, self.env = remedies, root, command, timeout, env
+        self.say, self.try_all, self.simulator_modes = say, try_all, simulator_modes
 
 
-def _node_count(proto, recipe: ModelRecipe) -> int | None:
-    try:
-        return len(apply_recipe(proto, recipe).proto.graph.node)
-    except RecipeError:
-        return None
-
-
-def _model_bytes(source) -> bytes:
-    if isinstance(source, bytes):
-        return source
-    with open(source, "rb") as f:
-        return f.read()
-
-
-def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRecipe:
-    base = mf.baseline
-    verified = {"backend": run_.backend, "options": {k: v for k, v in run_.options.items()}, "calls": trial.calls,
-                "worst_output": (trial.worst or {}).get("output"), "worst_snr_db": (trial.worst or {}).get("snr_db"),
-                "bar_db": trial.bar_db, "npu_nodes": trial.npu_nodes, "total_nodes": trial.total_nodes,
-                "seconds_per_call": trial.call_seconds,
-                "unrepaired": {"worst_snr_db": (base.worst or {}).get("snr_db") if base else None,
-                               "npu_nodes": base.npu_nodes if base else None,
-                               "seconds_per_call": base.call_seconds if base else None}}
-    note = f"{trial.kind}: {trial.title}" + (f" — {trial.exactness}" if trial.exactness else "")
-    return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
-
-
-def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root, confirm, cwd, timeout,
-             env, say, try_all) -> None:
-    """App-level mismatches whose tensors all pass (:mod:`onnxwrapper.repair.fix._app_level`). Each candidate
-    is judged by running the script again, so only with a command the user named or confirmed
-    (:mod:`onnxwrapper.repair.fix._confirm`): a diff folder never chooses what runs."""
-    runs = result_check.runs
-    command, _note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
-    for label, app in sorted(result_check.app.items()):
-        if app.status != "differs" or (backends is not None and label not in set(backends)):
+def _fix_app(ctx: _AppContext, judged, backends, book: dict | None = None) -> None:
+    """App-level mismatches whose tensors all pass, in the diff (``judged`` is its result) or in the
+    confirmation run after the model-level repairs (``judged`` is that run; ``book`` the recipes so
+    far) (:mod:`onnxwrapper.repair.fix._app_level`). Each step is judged by running the script again,
+    so only with a command the user named or confirmed (:mod:`onnxwrapper.repair.fix._confirm`): a
+    diff folder never chooses what runs."""
+    runs = ctx.result_check.runs
+    for label, app in sorted(judged.app.items()):
+        if app.status != "differs" or (backends is not None and label not in set(backends)) or label not in runs:
             continue
         run_ = runs[label]
-        if not _takes_repairs(run_.backend) or "cpu" not in remedies and "precision" not in remedies:
+        if not _takes_repairs(run_.backend) or "cpu" not in ctx.remedies and "precision" not in ctx.remedies:
             continue
-        if command is None:
-            result.app_untried.append(label)
+        if ctx.command is None:
+            ctx.result.app_untried.append(label)
             continue
         begun = time.perf_counter()
 
         def run_script(path, _label=label):
-            return _script_run(directory, runs, result_check.reference, {_label}, path, command, timeout, env)
-        precision = _higher_precision(run_.backend) if "precision" in remedies else None
-        mf = fix_app_level(result, result_check, reference, label, workdir=os.path.join(root, label, "app"),
-                           higher_precision=precision, confirm=run_script, say=say, try_all=try_all)
+            return _script_run(ctx.directory, runs, ctx.result_check.reference, {_label} | _labels(ctx.result), path,
+                               ctx.command, ctx.timeout, ctx.env)
+
+        def feeds_of(key):
+            return [c.inputs() for c in ctx.reference.calls if c.model == key]
+        precision = _higher_precision(run_.backend, ctx.simulator_modes) if "precision" in ctx.remedies else None
+        mf = search_app_level(ctx.result, judged, ctx.reference, label, book=dict(book or {}),
+                              workdir=os.path.join(ctx.root, label, "app"), higher_precision=precision,
+                              confirm=run_script, say=ctx.say, try_all=ctx.try_all, feeds_of=feeds_of)
         if mf is not None:
             mf.seconds = time.perf_counter() - begun
-            result.models.append(mf)
+            ctx.result.models.append(mf)
+        ctx.result.stage(f"app-level search ({label})", begun)
 
 
-def _confirm(result: FixResult, directory: str, runs, reference: str, labels, confirm, cwd, timeout, env,
-             say) -> None:
-    command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
-    result.notes.append(note)
-    if command is None:
-        return
-    say("confirming: the script again, with the recipe")
-    result.confirmation = _script_run(directory, runs, reference, labels, result.recipe_path, command, timeout, env)
+def _labels(result: FixResult) -> set:
+    return {m.backend for m in result.models if m.recipe is not None}
 
 
 def _script_run(directory: str, runs, reference: str, labels, recipe_path, command: ConfirmCommand, timeout, env):

@@ -14,9 +14,12 @@ From the localization (cause and culprit node) and the reference's value ranges:
 4. ``cpu`` — the culprit node alone on the CPU; for an overflow, the out-of-range region (the
    nodes producing the tensors beyond FP16's range and the nodes reading them, so that every tensor
    crossing to the NPU is in range); for a model with recurrent nodes (``LSTM``, ``GRU``, ``RNN``,
-   ``Scan``, ``Loop``) whose error accumulates, those nodes on the CPU (their state in FP32), with
-   the kernel rewrites found for the culprit.
-5. ``precision`` — the backend's higher precision (``fp32``) where the target has one.
+   ``Scan``, ``Loop``) whose error accumulates — or an accumulation without overflow — the CPU
+   regions of :mod:`onnxwrapper.repair.fix._regions`, smallest first (the recurrent nodes, then
+   where the FP16 emulation shows rounding starts), each with its emulated SNR and the kernel
+   rewrites found for the culprit. All of these run on a device (its CPU).
+5. ``precision`` — the backend's higher precision (``fp32``): a mode of the x86-64 simulator that
+   no device has, offered only when asked for by name (``simulator_modes``).
 
 Every candidate after the first includes the exact rewrites found in step 1: they are bit-exact, so
 they never make a correct result worse, and a model may need both (an overflow and a wrong kernel).
@@ -30,18 +33,18 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from onnxwrapper.diff._judge import snr_bar_db
 from onnxwrapper.repair.fix._ranges import out_of_range, reference_ranges
+from onnxwrapper.repair.fix._regions import is_recurrent, precision_regions
 from onnxwrapper.repair.fix._rescale import exact_overflow_rewrites
 from onnxwrapper.repair.fix._underflow import exact_underflow_rewrites, underflow_region
 from onnxwrapper.patches import GraphView, get_patch, list_patches, name_unnamed_nodes
-from onnxwrapper.repair.recipe import Rewrite
+from onnxwrapper.repair.recipe import ModelRecipe, Rewrite, apply_recipe
 
 __all__ = ["REMEDIES", "Candidate", "candidates_for", "node_groups"]
 
 #: remedy kinds in the order they are tried
 REMEDIES = ("exact", "kernel", "known", "cpu", "precision")
-#: ops that carry a state from step to step (their FP16 rounding accumulates)
-RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop"}
 #: rewrites that are not kernel-avoiding (they are chosen from value ranges, not from a culprit)
 _NOT_KERNEL = {"rescale", "clamp_fp16"}
 _NODE_CAUSES = ("node", "saturation", "amplification", "overflow")
@@ -49,7 +52,8 @@ _NODE_CAUSES = ("node", "saturation", "amplification", "overflow")
 
 @dataclass
 class Candidate:
-    """One repair to verify: its kind, a title, and the recipe content (rewrites, CPU groups, precision)."""
+    """One repair to verify: its kind, a title, the recipe content (rewrites, CPU groups, precision), and
+    for a CPU region found by the FP16 emulation its emulated worst SNR per output (``emulated``)."""
 
     kind: str
     title: str
@@ -58,6 +62,7 @@ class Candidate:
     precision: str | None = None
     exactness: str = ""
     notes: list = field(default_factory=list)
+    emulated: dict | None = None
 
 
 def node_groups(model: onnx.ModelProto, names) -> tuple:
@@ -170,24 +175,48 @@ def _underflow_candidates(model: onnx.ModelProto, feeds_list, base: tuple, kerne
     return [Candidate(first.kind if first is not None else "exact", title, total, exactness=_exactness(total))]
 
 
-def _recurrent_candidates(model: onnx.ModelProto, loc: dict | None, base: tuple, kernel: list) -> list:
-    """For a model with recurrent nodes whose error accumulates (or grows at a node): those nodes on
-    the CPU, with the kernel rewrites that apply at every node the culprit's rewrite applies to."""
-    recurrent = [n.name for n in model.graph.node if n.op_type in RECURRENT]
-    if not recurrent or (loc and loc.get("cause") not in ("accumulation",) + _NODE_CAUSES):
+def _region_candidates(model: onnx.ModelProto, loc: dict | None, feeds_list, base: tuple, kernel: list, bars: dict,
+                       over: list, notes: list) -> list:
+    """The CPU regions for FP16 drift (:mod:`onnxwrapper.repair.fix._regions`), each with the kernel
+    rewrites that apply at every node the culprit's rewrite applies to, and its emulated SNR: a model
+    with recurrent nodes whose error accumulates (or grows at a node), or any model without an
+    overflow (the regions are empty when the FP16 emulation of the kernel-fixed model reaches every
+    bar: then the failure is not rounding — silero-vad's op15, localized at a wrong ``Pow``, also
+    loses its quiet windows' squared STFT magnitudes to FP16 underflow)."""
+    recurrent = [n.name for n in model.graph.node if is_recurrent(n)]
+    cause = (loc or {}).get("cause")
+    if recurrent and loc and cause not in ("accumulation",) + _NODE_CAUSES:
         return []
+    if not recurrent and over:
+        return []  # an overflow: the exact rewrites and the out-of-range region come first
     fixes = [c for c in kernel if " at all " in c.title] or kernel[:1]
     unique: dict = {}
     for r in (r for c in fixes for r in c.rewrites):
         unique.setdefault(r.describe(), r)
     rewrites = tuple(unique.values()) or base
     what = f" with {', '.join(sorted({r.rewrite for r in rewrites}))}" if rewrites else ""
-    return [Candidate("cpu", f"the recurrent node(s) {', '.join(recurrent)} on the CPU (FP32 state){what}",
-                      rewrites, (tuple(recurrent),), exactness=_exactness(rewrites))]
+    bars = bars or {o.name: snr_bar_db("fp16") for o in model.graph.output}
+    try:
+        rewritten = apply_recipe(model, ModelRecipe("0" * 64, rewrites=rewrites)).proto
+        regions, why = precision_regions(rewritten, feeds_list, bars, recurrent=bool(recurrent))
+    except Exception as exc:  # noqa: BLE001 - a model the CPU EP cannot emulate: the recurrent nodes alone
+        notes.append(f"FP16 emulation on the CPU failed ({type(exc).__name__}: {str(exc)[:200]}): the recurrent "
+                     f"node(s) alone on the CPU")
+        return [Candidate("cpu", f"the recurrent node(s) {', '.join(recurrent)} on the CPU (FP32 state){what}",
+                          rewrites, (tuple(recurrent),), exactness=_exactness(rewrites))] if recurrent else []
+    notes += why
+    result = []
+    for region in regions:
+        title = f"{region.how} on the CPU ({len(region.nodes)} node(s)){what}"
+        if tuple(region.nodes) == tuple(recurrent):
+            title = f"the recurrent node(s) {', '.join(recurrent)} on the CPU (FP32 state){what}"
+        result.append(Candidate("cpu", title, rewrites, node_groups(rewritten, region.nodes),
+                                exactness=_exactness(rewrites), emulated=dict(region.emulated)))
+    return result
 
 
 def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precision: str, *,
-                   remedies=REMEDIES, higher_precision: str | None = None) -> tuple[list, list]:
+                   remedies=REMEDIES, higher_precision: str | None = None, bars: dict | None = None) -> tuple[list, list]:
     """The candidates of one failing model (module docstring) and notes for the report.
 
     Args:
@@ -195,7 +224,9 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
             JSON object) or ``None``. feeds_list: recorded inputs of its calls (value ranges).
         precision: the precision it was judged at (``"fp16"`` enables the overflow search).
         remedies: the kinds to generate. higher_precision: the backend's higher precision (e.g.
-            ``"fp32"``) or ``None`` when the target has none.
+            ``"fp32"``, a simulator mode asked for by name) or ``None`` (a device-valid search).
+        bars: ``{graph output: SNR bar (dB)}`` for the FP16 emulation of CPU regions (default: every
+            float output at the FP16 bar).
     """
     named = copy.deepcopy(model)
     name_unnamed_nodes(named)
@@ -226,7 +257,7 @@ def candidates_for(model: onnx.ModelProto, loc: dict | None, feeds_list, precisi
     if known is not None:
         result.append(known)
     if "cpu" in remedies:
-        result += _recurrent_candidates(named, loc, base, kernel)
+        result += _region_candidates(named, loc, feeds_list, base, kernel, bars or {}, over, notes)
         cause = (loc or {}).get("cause")
         if culprits and cause in ("node", "saturation", "amplification"):
             result.append(Candidate("cpu", f"'{culprits[0]}' on the CPU", base, ((culprits[0],),),

@@ -66,8 +66,9 @@ def why_not_repaired(model: onnx.ModelProto, localization: dict | None, baseline
 
 
 def clamp_notes(baseline, trials) -> list:
-    """A note for each failed ``known`` (``clamp_fp16``) trial whose outputs came out as the unrepaired
-    model's (worst SNR within 0.1 dB): the backend's FP16 arithmetic saturates values beyond its range
+    """A note for each failed ``known`` (``clamp_fp16``) trial whose outputs came out — or whose FP16
+    emulation on the CPU came out, for one not verified — as the unrepaired model's (worst SNR within
+    0.1 dB): the backend's FP16 arithmetic saturates values beyond its range
     itself, which is all a clamp does (measured on the QNN HTP simulator: a MatMul whose reference
     output reaches 4.2e5 returns 65536; logits beyond FP16's range, saturated or clamped, tie alike
     in a ``Softmax``), so a model that needs those values needs them computed in range or elsewhere."""
@@ -77,8 +78,12 @@ def clamp_notes(baseline, trials) -> list:
     notes = []
     for t in trials:
         after = (t.worst or {}).get("snr_db")
-        if t.kind == "known" and t.status == "fail" and isinstance(after, (int, float)) and abs(after - before) < 0.1:
-            notes.append(f"{t.title}: worst {after:.1f} dB, as unrepaired ({before:.1f} dB) — the backend's FP16 "
+        how = "worst"
+        if t.status == "skipped" and t.emulated:
+            after, how = min(t.emulated.values()), "emulated in FP16 on the CPU"
+        if t.kind == "known" and t.status in ("fail", "skipped") and isinstance(after, (int, float)) \
+                and abs(after - before) < 0.1:
+            notes.append(f"{t.title}: {how} {after:.1f} dB, as unrepaired ({before:.1f} dB) — the backend's FP16 "
                          f"arithmetic already saturates values beyond its range, which is what the clamp does; the "
                          f"overflowing values themselves are needed (computed in range, on the CPU, or at a higher "
                          f"precision)")

@@ -6,6 +6,7 @@ import datetime as _dt
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 
 from onnxwrapper.diff._judge import EXIT_BACKEND_FAILED, EXIT_MISMATCH, EXIT_NOTHING_TO_REPAIR, EXIT_OK
@@ -28,6 +29,8 @@ class ModelFix:
         chosen: the first passing trial. recipe: its :class:`~onnxwrapper.repair.ModelRecipe` (with
             ``verified``). notes: facts for the report. seconds: wall time of its repair (value ranges,
             candidates, the baseline and the trials).
+        path: the search path taken, one line per step (where the localization came from, what the
+            CPU found, what was verified). stages: ``[[stage, seconds]]``, wall time per stage.
     """
 
     backend: str
@@ -42,6 +45,8 @@ class ModelFix:
     notes: list = field(default_factory=list)
     seconds: float = 0.0
     app_untried: list = field(default_factory=list)
+    path: list = field(default_factory=list)
+    stages: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         loc = self.localization or {}
@@ -52,7 +57,7 @@ class ModelFix:
                 "trials": [t.to_dict() for t in self.trials],
                 "chosen": self.trials.index(self.chosen) if self.chosen is not None else None,
                 "recipe": self.recipe.to_dict() if self.recipe is not None else None, "notes": list(self.notes),
-                "seconds": self.seconds}
+                "seconds": self.seconds, "path": list(self.path), "stages": [list(s) for s in self.stages]}
 
 
 def _db(value) -> str:
@@ -67,7 +72,7 @@ def _cost(trial, baseline) -> str:
     parts = []
     if trial.total_nodes:
         npu = f"NPU {trial.npu_nodes}/{trial.total_nodes} nodes"
-        if baseline is not None and baseline.total_nodes:
+        if baseline is not None and baseline.total_nodes and baseline.npu_nodes is not None:
             npu += f" (unrepaired {baseline.npu_nodes}/{baseline.total_nodes})"
         parts.append(npu)
     if trial.call_seconds is not None:
@@ -104,6 +109,9 @@ class FixResult:
         or ``None``. notes: general facts. seconds: wall time of the whole fix (confirmation included).
         app_untried: run labels whose script output differs (tensors passing) but whose app-level
         candidates were not tried, because judging them runs the script and no command was named.
+        simulator_modes: the simulator-only modes searched (asked for by name; empty: device-valid
+        recipes only). stages: ``[[stage, seconds]]`` of the whole fix (model-level repairs,
+        confirmation, app-level search).
     """
 
     directory: str
@@ -114,6 +122,12 @@ class FixResult:
     notes: list = field(default_factory=list)
     seconds: float = 0.0
     app_untried: list = field(default_factory=list)
+    simulator_modes: tuple = ()
+    stages: list = field(default_factory=list)
+
+    def stage(self, name: str, since: float) -> None:
+        """Record the wall time of stage ``name``, begun at ``time.perf_counter()`` value ``since``."""
+        self.stages.append([name, round(time.perf_counter() - since, 3)])
 
     @property
     def repaired(self) -> bool:
@@ -155,12 +169,25 @@ class FixResult:
                 mark = " ← recipe" if t is m.chosen else ""
                 lines.append(f"  {k}. {t.kind:9s} {t.status.upper():5s} worst {_db((t.worst or {}).get('snr_db'))}  "
                              f"{t.title}{mark} ({t.seconds:.1f} s)")
-                if t.message:
+                why = t.why() if t is not m.chosen else ""
+                if why:
+                    lines.append(f"       why not: {why}")
+                elif t.message:
                     lines.append(f"       {t.message}")
-                if t.status != "error":
+                if t.status not in ("error", "skipped"):
                     lines.append(f"       cost: {_cost(t, b)}")
+                if t.emulated:
+                    lines.append("       FP16 emulation on the CPU: " + ", ".join(
+                        f"{o} {_db(v)}" for o, v in sorted(t.emulated.items())))
                 if t.exactness and t is m.chosen:
                     lines.append(f"       exactness: {t.exactness}")
+            if m.recipe is not None:
+                targets = m.recipe.valid_targets
+                lines.append(f"  recipe holds on: {', '.join(targets)}" + (
+                    "" if "device" in targets else " — a simulator mode: a device refuses it"))
+            lines += [f"  path: {p}" for p in m.path]
+            if m.stages:
+                lines.append("  time per stage: " + " · ".join(f"{n} {sec:.1f} s" for n, sec in m.stages))
             lines += [f"  note: {n}" for n in m.notes]
             if m.recipe is None:
                 lines.append(_best(m) if m.trials else "  no candidate to try")
@@ -171,6 +198,12 @@ class FixResult:
         if self.confirmation is not None:
             lines.append(f"confirmation (the script again, with the recipe): {self.confirmation.verdict_line()}")
         lines += [f"note: {n}" for n in self.notes]
+        lines.append("searched: " + ("what a device runs, and the simulator mode(s) " + ", ".join(self.simulator_modes)
+                                     + " asked for by name" if self.simulator_modes else
+                                     "only what a device runs (FP16, rewrites, CPU regions); simulator modes: "
+                                     "--simulator-modes fp32"))
+        if self.stages:
+            lines.append("time per stage: " + " · ".join(f"{n} {sec:.1f} s" for n, sec in self.stages))
         state = "REPAIRED" if self.repaired else ("NOT REPAIRED" if self.models else "NOTHING TO REPAIR")
         lines.append(f"fix: {state} (exit status {self.exit_status})" + (f" in {self.seconds:.1f} s" if self.seconds else ""))
         return "\n".join(lines)
@@ -185,7 +218,8 @@ class FixResult:
                 "models": [m.to_dict() for m in self.models], "seconds": self.seconds,
                 "confirmation": None if conf is None else {"verdict_line": conf.verdict_line(), "state": conf.state,
                                                            "directory": conf.directory},
-                "notes": list(self.notes), "app_untried": list(self.app_untried)}
+                "notes": list(self.notes), "app_untried": list(self.app_untried),
+                "simulator_modes": list(self.simulator_modes), "stages": [list(x) for x in self.stages]}
 
     def write_json(self, path) -> str:
         """Write :meth:`to_dict` (non-finite numbers as strings) atomically; returns the path."""

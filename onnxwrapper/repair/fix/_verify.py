@@ -25,7 +25,7 @@ from onnxwrapper.diff._runs import child_environment, crash_name, kill_child, lo
 from onnxwrapper.kernel import new_session_kwargs
 from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook
 
-__all__ = ["Trial", "run_trial"]
+__all__ = ["Trial", "baseline_from_diff", "run_trial"]
 
 
 @dataclass
@@ -35,8 +35,9 @@ class Trial:
     Attributes:
         kind: ``"baseline"``, ``"exact"``, ``"kernel"``, ``"cpu"`` or ``"precision"``.
         title: one line. recipe: the model's candidate recipe (``None`` for the baseline).
-        exactness: what the rewrites promise (from the registry). status: ``"pass"``, ``"fail"``
-            or ``"error"`` (the candidate did not run: ``message`` says why).
+        exactness: what the rewrites promise (from the registry). status: ``"pass"``, ``"fail"``,
+            ``"error"`` (the candidate did not run: ``message`` says why) or ``"skipped"`` (not
+            verified: the FP16 emulation on the CPU predicts it fails; ``message`` says by how much).
         calls / failed_calls: replayed calls, and those with an output beyond tolerance.
         outputs / outputs_passed: the model's outputs, and those within tolerance in every call.
         worst: the worst output ``{output, snr_db, cosine, session, index, failed}``. bar_db: its bar.
@@ -46,6 +47,7 @@ class Trial:
             once compiled. first_call_seconds: mean of the first calls of each input shape (a
             dynamic-shape model compiles then).
         directory: the trial's files (recipe, request, capture, stdout/stderr).
+        emulated: ``{output: worst SNR (dB)}`` the FP16 emulation predicted (CPU regions), or ``None``.
     """
 
     kind: str
@@ -68,10 +70,27 @@ class Trial:
     first_call_seconds: float | None = None
     seconds: float = 0.0
     directory: str = ""
+    emulated: dict | None = None
 
     @property
     def passed(self) -> bool:
         return self.status == "pass"
+
+    def why(self) -> str:
+        """Why the trial was rejected, in one line (``""`` for one that passed): the worst output
+        against its bar and how many outputs and calls failed, the error, or the screen's figure."""
+        if self.status in ("error", "skipped") or (self.status == "fail" and not self.worst):
+            return self.message or self.status
+        if self.status != "fail":
+            return ""
+        w = self.worst or {}
+        snr, bar = w.get("snr_db"), w.get("bar_db", self.bar_db)
+        level = (f"'{w.get('output')}' {snr:.1f} dB < bar {bar:.1f} dB" if isinstance(snr, (int, float))
+                 and isinstance(bar, (int, float)) else f"'{w.get('output')}' beyond tolerance")
+        extra = f"; {', '.join(w['failed'][:2])}" if w.get("failed") and not isinstance(snr, (int, float)) else ""
+        counts = (f"; {self.outputs - self.outputs_passed} of {self.outputs} output(s), {self.failed_calls} of "
+                  f"{self.calls} call(s) beyond tolerance" if self.outputs else "")
+        return level + extra + counts + (f"; {self.message}" if self.message else "")
 
     def to_dict(self) -> dict:
         """JSON-ready (the recipe as its JSON object)."""
@@ -146,6 +165,38 @@ def run_trial(trial: Trial, *, label: str, backend: str, options: dict, referenc
     if not complete:
         trial.message = f"only {trial.calls} of {len(calls)} call(s) ran"
     _costs(trial, capture, nodes)
+    return trial
+
+
+def baseline_from_diff(result, label: str, model: str, capture, calls: list) -> Trial | None:
+    """The unrepaired baseline of ``model`` read from the diff itself instead of replayed: the diff's
+    own judgement of that run (``result``, the outputs of ``label``) and its capture's call times
+    (``capture``: the backend run's :class:`~onnxwrapper.diff.Capture`). ``None`` — replay it — when
+    the run's calls of the model were fed other inputs than the reference's (a pipeline: the
+    candidates replay the reference's inputs, so the baseline must too) or were not all compared.
+    The partition is not recorded by a diff: the baseline's NPU nodes stay unknown."""
+    differ = {tuple(k) for k in (result.inputs_differ.get(label) or [])}
+    wanted = {tuple(c) for c in calls}
+    if differ & wanted or capture is None:
+        return None
+    summaries = [s for s in result.outputs if s.backend == label and s.model == model]
+    mine = [c for c in capture.calls if c.model == model and (c.session, c.index) in wanted]
+    if not summaries or len(mine) != len(wanted) or all(s.passed for s in summaries):
+        return None
+    trial = Trial("baseline", "the model as it is (the diff's own run, not replayed)", status="fail",
+                  message="as judged by the diff")
+    trial.calls = len(mine)
+    trial.failed_calls = len({(c.session, c.index) for c in result.failures if c.backend == label and c.model == model})
+    trial.outputs, trial.outputs_passed = len(summaries), sum(1 for x in summaries if x.passed)
+    trial.worst = _worst(summaries)
+    trial.bar_db = trial.worst.get("bar_db") if trial.worst else None
+    seen, first, rest = set(), [], []
+    for c in mine:
+        key = (c.session, c.input_signature)
+        (rest if key in seen else first).append(c.seconds)
+        seen.add(key)
+    trial.first_call_seconds = sum(first) / len(first) if first else None
+    trial.call_seconds = sum(rest) / len(rest) if rest else trial.first_call_seconds
     return trial
 
 

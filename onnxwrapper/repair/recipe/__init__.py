@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from onnxwrapper.repair.recipe._apply import RepairedModel, apply_recipe
 from onnxwrapper.repair.recipe._checks import UnverifiedRecipeWarning, check_recipe, scaled_tensors
-from onnxwrapper.repair.recipe._format import (FORMAT, PRECISIONS, VERSION, ModelRecipe, RecipeBook, Rewrite, load_recipes,
-                                               model_sha256)
+from onnxwrapper.repair.recipe._format import (FORMAT, PRECISIONS, TARGETS, VERSION, ModelRecipe, RecipeBook, Rewrite,
+                                               load_recipes, model_sha256, recipe_targets)
 from onnxwrapper.repair.recipe._split import (ModelPart, assemble, boundary_types, part_model, read_names, replica_copies,
                                               replicated_nodes, split_stages, tensor_types)
 
@@ -26,6 +26,7 @@ __all__ = [
     "RecipeBook",
     "RepairedModel",
     "Rewrite",
+    "TARGETS",
     "UnverifiedRecipeWarning",
     "VERSION",
     "apply_recipe",
@@ -36,6 +37,7 @@ __all__ = [
     "model_sha256",
     "part_model",
     "read_names",
+    "recipe_targets",
     "replica_copies",
     "replicated_nodes",
     "scaled_tensors",

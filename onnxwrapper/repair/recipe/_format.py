@@ -17,6 +17,7 @@ Written by ``aipc fix`` (:func:`onnxwrapper.repair.fix.fix`), applied by the QNN
           ],
           "cpu_subgraphs": [["Pow_7"]],          # node names run on the CPU (after the rewrites)
           "precision": null,                     # or "fp32": the backend's higher precision
+          "targets": ["simulator", "device"],    # where the recipe can hold (TARGETS; "fp32": simulator only)
           "verified": {...},                     # how aipc fix verified it (free object: proves nothing)
           "checks": {"peaks": {"x": 2.1e5}},     # largest |value| of each tensor a rescale scales (checked)
           "note": "..."
@@ -48,13 +49,24 @@ from onnxwrapper.errors import RecipeError, RecipeMismatchError
 from onnxwrapper.kernel import __version__
 from onnxwrapper.patches import PatchError, get_patch
 
-__all__ = ["FORMAT", "VERSION", "PRECISIONS", "Rewrite", "ModelRecipe", "RecipeBook", "load_recipes",
-           "model_sha256"]
+__all__ = ["FORMAT", "VERSION", "PRECISIONS", "TARGETS", "Rewrite", "ModelRecipe", "RecipeBook", "load_recipes",
+           "model_sha256", "recipe_targets"]
 
 FORMAT = "onnxwrapper-repair-recipe"
 VERSION = 1
 #: values of ``precision`` (``None``: the backend's default)
 PRECISIONS = (None, "fp16", "fp32")
+#: where a recipe can hold: ``"simulator"`` — the x86-64 QNN HTP simulator; ``"device"`` — a
+#: Snapdragon HTP with FP16 (v69 or later), whose CPU runs a recipe's CPU subgraphs. A device has no
+#: FP32 mode (QNN HTP backend docs: float32 graphs run with FP16 math), so a ``precision: "fp32"``
+#: recipe holds on the simulator only.
+TARGETS = ("simulator", "device")
+
+
+def recipe_targets(precision: str | None) -> tuple:
+    """The :data:`TARGETS` a recipe of ``precision`` can hold on: ``("simulator",)`` for ``"fp32"``
+    (a simulator mode), both otherwise (rewrites, CPU subgraphs and FP16 run on a device too)."""
+    return ("simulator",) if precision == "fp32" else TARGETS
 
 
 def model_sha256(data: bytes) -> str:
@@ -98,6 +110,18 @@ class ModelRecipe:
     verified: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
     checks: Mapping[str, Any] = field(default_factory=dict)
+    targets: tuple = ()
+
+    @property
+    def valid_targets(self) -> tuple:
+        """Where the recipe holds: its recorded ``targets``, else those of its precision
+        (:func:`recipe_targets`; recipes written before ``targets`` existed)."""
+        return tuple(self.targets) or recipe_targets(self.precision)
+
+    @property
+    def device_valid(self) -> bool:
+        """True when a device (a Snapdragon HTP, not the simulator) can run the recipe."""
+        return "device" in self.valid_targets
 
     @property
     def cpu_nodes(self) -> tuple:
@@ -111,7 +135,7 @@ class ModelRecipe:
 
     def digest(self) -> str:
         """Hex sha256 of what changes the compiled model (rewrites, CPU subgraphs, precision): a
-        part of every compile-cache key of a repaired model."""
+        part of every compile-cache key of a repaired model (``targets`` changes nothing compiled)."""
         doc = {"format": FORMAT, "version": VERSION, "rewrites": [r.to_dict() for r in self.rewrites],
                "cpu_subgraphs": [list(g) for g in self.cpu_subgraphs], "precision": self.precision}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
@@ -129,7 +153,8 @@ class ModelRecipe:
         """The JSON object stored under the model's hash."""
         return {"name": self.name, "key": self.key, "rewrites": [r.to_dict() for r in self.rewrites],
                 "cpu_subgraphs": [list(g) for g in self.cpu_subgraphs], "precision": self.precision,
-                "verified": dict(self.verified), "note": self.note, "checks": dict(self.checks)}
+                "targets": list(self.valid_targets), "verified": dict(self.verified), "note": self.note,
+                "checks": dict(self.checks)}
 
 
 def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
@@ -165,7 +190,22 @@ def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
         raise RecipeError(f"The {where}: 'verified' must be an object, got {type(verified).__name__}.", path=path)
     return ModelRecipe(sha, str(doc.get("name") or ""), str(doc.get("key") or ""), tuple(rewrites),
                        tuple(tuple(g) for g in groups), precision, dict(verified), str(doc.get("note") or ""),
-                       _checks_from(doc.get("checks"), where, path))
+                       _checks_from(doc.get("checks"), where, path), _targets_from(doc.get("targets"), precision,
+                                                                                     where, path))
+
+
+def _targets_from(doc: Any, precision: str | None, where: str, path: str | None) -> tuple:
+    """The ``targets`` list: names of :data:`TARGETS`, none twice, none its precision cannot hold on
+    (``"device"`` with ``precision: "fp32"``); ``()`` when absent (derived from the precision)."""
+    if doc is None:
+        return ()
+    if not isinstance(doc, (list, tuple)) or not doc or any(t not in TARGETS for t in doc) or len(set(doc)) != len(doc):
+        raise RecipeError(f"The {where}: 'targets' must be a non-empty list of distinct names from "
+                          f"{', '.join(TARGETS)}, got {doc!r}.", path=path)
+    if not set(doc) <= set(recipe_targets(precision)):
+        raise RecipeError(f"The {where} claims targets {', '.join(doc)} at precision {precision!r}, which only the "
+                          f"x86-64 HTP simulator has (a device runs float32 graphs with FP16 math).", path=path)
+    return tuple(doc)
 
 
 def _checks_from(doc: Any, where: str, path: str | None) -> dict:

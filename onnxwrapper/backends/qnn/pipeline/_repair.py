@@ -92,14 +92,15 @@ def prepare_repairs(config: Mapping[str, Any], source, proto, *, real_npu: bool 
         config: validated ``qnn`` backend options (``repairs`` converted by
             :func:`~onnxwrapper.backends.qnn.settings._options.convert_repairs`).
         source: the model's :class:`~onnxwrapper.kernel.ModelSource`. proto: its ``onnx.ModelProto``.
-        real_npu: a physical NPU runs the graphs (a recipe's ``precision`` ``"fp32"`` is refused there).
+        real_npu: a physical NPU runs the graphs (a recipe whose ``targets`` do not include ``"device"``
+            — e.g. ``precision: "fp32"`` — is refused there).
 
     Raises:
         RecipeMismatchError: the recipe is for another model (``required``), or for a model of
             the same file name with another content.
         RecipeError: a rewrite or CPU node of the recipe does not fit the model, its rescaling
             saturates FP16 (a rewritten constant, or a recorded peak times its scale, beyond ±65504),
-            or its precision is ``"fp32"`` on a real NPU.
+            or it is not valid on a device (its ``targets``; ``precision: "fp32"``) on a real NPU.
         Warns UnverifiedRecipeWarning when its rescaling could not be checked (no recorded peaks).
         BackendOptionError: the recipe puts nodes on the CPU while ``strict=True``.
     """
@@ -110,12 +111,13 @@ def prepare_repairs(config: Mapping[str, Any], source, proto, *, real_npu: bool 
     recipe = option.book.for_model(model_sha256(source.read_bytes()), name, required=option.required)
     if recipe is None or recipe.empty:
         return None
-    if recipe.precision == "fp32" and real_npu:
+    if real_npu and not recipe.device_valid:
         raise RecipeError(
-            f"The repair recipe for {name or 'the model'} runs it at precision 'fp32', which only the x86-64 HTP "
-            f"simulator has: a Snapdragon device runs float32 graphs with FP16 math (QNN HTP backend docs), so this "
-            f"repair cannot hold here. Make the recipe on this device (aipc diff, then aipc fix: it offers only what "
-            f"the device has), or remove this model's entry from the recipe file.", path=option.book.path)
+            f"The repair recipe for {name or 'the model'} holds on {', '.join(recipe.valid_targets)} only"
+            + (" (precision 'fp32', which only the x86-64 HTP simulator has: a Snapdragon device runs float32 graphs "
+               "with FP16 math, QNN HTP backend docs)" if recipe.precision == "fp32" else "")
+            + ", so this repair cannot hold here. Make the recipe again with aipc fix (by default it searches only "
+              "what a device runs), or remove this model's entry from the recipe file.", path=option.book.path)
     if recipe.cpu_subgraphs and config.get("strict"):
         raise BackendOptionError(f"The repair recipe runs {len(recipe.cpu_nodes)} node(s) of {name or 'the model'} on "
                                  f"the CPU ({', '.join(recipe.cpu_nodes[:5])}), which strict=True forbids. Drop "
