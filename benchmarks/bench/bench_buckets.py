@@ -14,7 +14,7 @@ steady-state time per call (the loop again, everything compiled), the tokens' ag
 unpadded (per-shape) NPU run and the lowest per-step logits SNR against it (the diff's FP16 bar is
 27.1 dB); target: at most ``ceil(log2(steps)) + 2`` compiles per model.
 
-With ``--app PYTHON SCRIPT`` (e.g. the apps venv's python and ../shared/apps/run_tryaii.py: a MiniLM
+With ``--app PYTHON SCRIPT`` (e.g. a venv with the tryaii app installed and its run script: a MiniLM
 encoder fed 18 sequence lengths) the app runs under ``python -m aipc --backend qnn`` with and without
 ``--no-shape-buckets`` on fresh caches, and plainly on the CPU: wall times, compiles (the ``-v``
 log's "compiling" lines), and whether its printed output is the same.

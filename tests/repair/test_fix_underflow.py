@@ -18,10 +18,12 @@ def test_an_underflow_into_a_log_says_why_no_upscale_helps_and_offers_its_region
     model = onnx.load_model_from_string(repair_models.cqt_log())
     feeds = [{"x": repair_models.cqt_inputs()}]
     cands, notes = candidates_for(model, LOC, feeds, "fp16", higher_precision="fp32")
-    assert [(c.kind, c.title) for c in cands] == [("cpu", "the FP16 underflow region on the CPU (6 node(s))"),
-                                                  ("precision", "precision fp32 for the whole model")]
-    # the front end that computes the small values and the Log that needs them; the head stays on the NPU
-    assert cands[0].cpu_subgraphs == (("cqt_re", "cqt_im", "re_sq", "im_sq", "power", "log"),)
+    # the front end that computes the small values and the Log that needs them, the head on the NPU: the
+    # underflow region, found also by the search of where FP16 rounding starts (judged once, noted)
+    region = ("cqt_re", "cqt_im", "re_sq", "im_sq", "power", "log")
+    assert any(c.kind == "cpu" and c.cpu_subgraphs == (region,) for c in cands), [c.title for c in cands]
+    assert any("the FP16 underflow region on the CPU (6 node(s))" in n for n in notes), notes
+    assert all(c.kind == "cpu" for c in cands[:3]) and cands[-1].kind == "precision"  # fp32 asked for: last
     why = next(n for n in notes if n.startswith("no exact upscale helps"))
     assert "'power' holds 60 of 64 non-zero values below 6.1e-05" in why and "Log 'log'" in why, why
     assert "cannot pass through exactly" in why
