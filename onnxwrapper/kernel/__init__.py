@@ -16,6 +16,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * child processes — :func:`kill_process_tree` (POSIX process group, Windows ``taskkill /T``),
   :func:`new_session_kwargs`, :func:`crash_name` (signals and NTSTATUS codes by name);
+* files named from elsewhere — :func:`open_regular`, :func:`read_regular` (regular files only,
+  bounded: a FIFO, a device or a folder is :class:`NotRegularFileError`, never a hang);
 * the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
   :func:`host_architecture` / :class:`HostArchitecture` / :func:`normalize_arch` (the process's
   architecture vs the operating system's: an x64 Python emulated on ARM64 Windows);
@@ -46,7 +48,8 @@ from __future__ import annotations
 
 from onnxwrapper.kernel._version import __version__
 from onnxwrapper.kernel.cache import (ArtifactCache, CacheEntry, ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION,
-                                      default_cache_dir, make_key, prune_records, remove_tree, replace_files)
+                                      NotRegularFileError, default_cache_dir, make_key, open_regular, prune_records,
+                                      read_regular, remove_tree, replace_files)
 from onnxwrapper.kernel.host import (HostArchitecture, available_memory, cpu_count, crash_name, host_architecture,
                                      kill_process_tree, new_session_kwargs, normalize_arch)
 from onnxwrapper.kernel.model import (ModelMetadataInfo, ModelSource, NodeArgInfo, bind_inputs, control_scalars,
@@ -75,6 +78,7 @@ __all__ = [
     "NodeAssignment",
     "NonFiniteInputCheck",
     "NonFiniteInputWarning",
+    "NotRegularFileError",
     "PartialOffloadWarning",
     "PartitionReport",
     "RECORDED_METHODS",
@@ -110,9 +114,11 @@ __all__ = [
     "node_args_from_onnx",
     "normalize_arch",
     "numpy_to_ort_type",
+    "open_regular",
     "ort_type_to_numpy",
     "plannable",
     "prune_records",
+    "read_regular",
     "record_call",
     "record_digest",
     "recorded_calls",
