@@ -130,6 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          f"directory first on sys.path, so `import {name}` would load this file (as `python "
                          f"{os.path.basename(path)}` would). Rename it, or run aipc from another directory.")
         return EXIT_USAGE
+    _shadowing.drop_working_directory()  # nothing aipc imports from now on comes from the working directory
     if first == "run":
         return run_command(argv[1:], help_text=run_help)
     if first == "diff" and _model_diff(argv[1:]):

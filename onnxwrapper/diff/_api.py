@@ -61,7 +61,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         max_bytes: int | str = DEFAULT_MAX_BYTES, max_calls_per_model: int | None = None, cwd=None,
         env: Mapping[str, str] | None = None, progress: Callable | None = None,
         echo: Callable | None = None, compare_output: Iterable[str] = (STDOUT,), output_filter: str | None = None,
-        output_rtol: float | None = None, jobs: int | None = None) -> DiffResult:
+        output_rtol: float | None = None, jobs: int | None = None, script_digest: str | None = None) -> DiffResult:
     """Run a script (or module) once per backend, each in its own process, and compare with the reference.
 
     Args:
@@ -96,6 +96,9 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
             soon as the runs it needs have ended); ``None``: as many as this host has processors
             and memory for (:mod:`onnxwrapper.diff._runs._schedule`), ``1``: one after another. The
             results do not depend on it; each run keeps its own wall time.
+        script_digest: run the script only when its bytes have this hex sha256: each child checks
+            the very bytes it compiles and refuses other ones (``aipc fix --confirm``: a script
+            swapped after its digest was checked never runs).
 
     Returns:
         :class:`~onnxwrapper.diff.DiffResult` (``exit_status`` 0/1/2).
@@ -119,7 +122,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     directory = os.path.abspath(directory or tempfile.mkdtemp(prefix="aipc-diff-"))
     os.makedirs(directory, exist_ok=True)
     tgt = Target(argv=(os.fspath(target), *map(str, args)), module=module,
-                 cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}))
+                 cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}), sha256=script_digest)
     manifest = {"format": MANIFEST_FORMAT, "version": 1, "mode": "replay" if replay else "live",
                 "reference": reference, "backends": labels, "runs": {},
                 "target": {**tgt.to_dict(), "sha256": None if module else script_sha256(tgt.argv[0], tgt.cwd)},
