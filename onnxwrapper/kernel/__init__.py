@@ -38,7 +38,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   deleted) — :func:`replace_files` (all or nothing), :func:`remove_tree` (never half-deleted);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
   :func:`default_cache_dir` and its environment variables, :func:`prune_records` (bounded folders
-  of small record files next to it);
+  of small record files next to it), :func:`write_private_file` (how such a record is written:
+  ``0600``, atomically);
 * versions — ``__version__`` (onnxwrapper's).
 
 Importing it imports onnxruntime, onnx and numpy, nothing else; no I/O.
@@ -49,7 +50,7 @@ from __future__ import annotations
 from onnxwrapper.kernel._version import __version__
 from onnxwrapper.kernel.cache import (ArtifactCache, CacheEntry, ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION,
                                       NotRegularFileError, default_cache_dir, make_key, open_regular, prune_records,
-                                      read_regular, remove_tree, replace_files)
+                                      read_regular, remove_tree, replace_files, write_private_file)
 from onnxwrapper.kernel.host import (HostArchitecture, available_memory, cpu_count, crash_name, host_architecture,
                                      kill_process_tree, new_session_kwargs, normalize_arch)
 from onnxwrapper.kernel.model import (ModelMetadataInfo, ModelSource, NodeArgInfo, bind_inputs, control_scalars,
@@ -134,4 +135,5 @@ __all__ = [
     "user_stacklevel",
     "validate_feed",
     "validate_ort_values",
+    "write_private_file",
 ]

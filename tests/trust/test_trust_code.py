@@ -1,6 +1,7 @@
 """Trust boundary, code execution (docs/security.md): a model's file name or a received diff folder
 never runs code — ``--gen-script`` writes names as inert literals, and ``aipc fix`` runs only a
-command the user names, or the recorded one when its script is byte-for-byte the one the diff ran."""
+command the user names, or the recorded one of a folder made here when its script is byte-for-byte
+the one the diff ran (more cases: tests/redteam/test_redteam_confirm.py)."""
 
 from __future__ import annotations
 
@@ -84,10 +85,10 @@ def test_fix_never_runs_the_script_a_received_diff_names(tmp_path, received_diff
     result = fix(d, localize=False, cwd=tmp_path, env=env)
     assert not (tmp_path / "PWNED").exists() and result.confirmation is None
     assert any("A diff folder never chooses what runs" in n for n in result.notes), result.notes
-    # --confirm: the recorded command only when the script has the recorded digest (forged here)
+    # --confirm: the recorded command only for a folder made here (its diff.json was edited: it is not)
     asked = fix(d, localize=False, cwd=tmp_path, env=env, confirm=True, output=tmp_path / "r2.json")
     assert not (tmp_path / "PWNED").exists() and asked.confirmation is None
-    assert any("differs from the one the diff ran" in n for n in asked.notes), asked.notes
+    assert any("not made on this machine by you" in n for n in asked.notes), asked.notes
 
 
 def test_fix_confirms_with_the_command_the_user_names(tmp_path, received_diff):
@@ -95,12 +96,12 @@ def test_fix_confirms_with_the_command_the_user_names(tmp_path, received_diff):
     result = fix(d, localize=False, cwd=tmp_path, env=env, confirm=[str(script)], output=tmp_path / "r.json")
     assert not (tmp_path / "PWNED").exists()
     assert result.confirmation is not None and any("named by you" in n for n in result.notes)
-    # the recorded command runs when its script is byte-for-byte the one recorded
+    # restoring the digest and the script by hand does not make the folder one made here
     manifest = json.loads((d / "diff.json").read_text())
     manifest["target"].update(argv=[str(script)], sha256=_fix_confirm_digest(script))
     (d / "diff.json").write_text(json.dumps(manifest))
     recorded = fix(d, localize=False, cwd=tmp_path, env=env, confirm="recorded", output=tmp_path / "r3.json")
-    assert recorded.confirmation is not None and any("sha256" in n and "checked" in n for n in recorded.notes)
+    assert recorded.confirmation is None and any("not made on this machine" in n for n in recorded.notes)
 
 
 def test_fix_cli_options_for_the_confirmation(tmp_path):

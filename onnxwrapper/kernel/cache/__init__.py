@@ -10,6 +10,7 @@ from onnxwrapper.kernel.cache._cache import ArtifactCache
 from onnxwrapper.kernel.cache._cache_entry import (CacheEntry, ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION,
                                                    RACY_SECONDS, crc32_file, default_cache_dir, hash_file, make_key,
                                                    prune_records)
+from onnxwrapper.kernel.cache._cache_safety import write_private_file
 from onnxwrapper.kernel.cache._files_in_use import remove_tree, replace_files
 from onnxwrapper.kernel.cache._regular_files import NotRegularFileError, open_regular, read_regular
 
@@ -30,4 +31,5 @@ __all__ = [
     "read_regular",
     "remove_tree",
     "replace_files",
+    "write_private_file",
 ]

@@ -29,7 +29,8 @@ import onnx
 
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import check, run
-from onnxwrapper.diff._capture import MANIFEST, malformed, read_capture, read_manifest, read_saved_report, unused_stem
+from onnxwrapper.diff._capture import (MANIFEST, local_record, malformed, read_capture, read_manifest, read_saved_report,
+                                       unused_stem)
 from onnxwrapper.diff._judge import Tolerance, Tolerances
 from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.diff._report import sanitize
@@ -102,7 +103,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         confirm: the confirmation run, script diffs only (:mod:`onnxwrapper.repair.fix._confirm`):
             ``None``/``False`` none (default: a diff folder never chooses what runs); a command
             line ``["script.py", "arg", …]`` (or ``["-m", "pkg", …]``) that you name; ``True`` /
-            ``"recorded"``: the diff's recorded command, only when the script at the recorded path
+            ``"recorded"``: the diff's recorded command, only for a folder made on this machine by
+            you (a private record of its ``diff.json``) and when the script at the recorded path
             has the sha256 the diff recorded.
         localize: localize failing models the diff did not localize (``False``: candidates from the
             value ranges only — exact rewrites, the out-of-range region on the CPU, precision).
@@ -117,7 +119,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         verified recipe and the confirmation, if run, passed).
 
     Raises:
-        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or a malformed
+        FileNotFoundError: not a diff directory, or a script of ``confirm`` that does not exist.
+            ValueError: an unknown remedy kind or a malformed
             ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture of the
             folder that is not what its format says (the folder may come from elsewhere).
     """
@@ -128,6 +131,11 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     if unknown:
         raise ValueError(f"unknown remedy kind(s) {', '.join(unknown)}; expected some of {', '.join(REMEDIES)}")
     say = progress or (lambda _stage: None)
+    try:  # the confirmation command first: a bad one is an error before any work
+        target = read_manifest(directory, MANIFEST).get("target")
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{directory} is not an aipc diff directory (no {MANIFEST}).") from exc
+    confirmation = confirm_command(target, confirm, os.fspath(cwd) if cwd else None, local_record(directory))
     result_check = check(directory)
     saved = _saved_report(directory)
     tolerances = tolerances_from_dict(saved.get("tolerances"))
@@ -160,7 +168,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
                    max_calls, try_all, timeout, env, say)
         mf.seconds = time.perf_counter() - begun
     if not failing:
-        _fix_app(result, result_check, reference, directory, backends, remedies, root, confirm, cwd, timeout, env,
+        _fix_app(result, result_check, reference, directory, backends, remedies, root, confirmation[0], timeout, env,
                  say, try_all)
     chosen = {m.sha256: m.recipe for m in result.models if m.recipe is not None}
     if chosen:
@@ -168,7 +176,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         result.recipe_path = book.save(output or os.path.join(directory, "repairs.json"))
     if chosen and result.confirmation is None:
         _confirm(result, directory, runs, result_check.reference, {m.backend for m in result.models if m.recipe},
-                 confirm, cwd, timeout, env, say)
+                 confirmation, timeout, env, say)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -254,13 +262,12 @@ def _verified(recipe: ModelRecipe, trial: Trial, mf: ModelFix, run_) -> ModelRec
     return dataclasses.replace(recipe, verified=sanitize(verified), note=note)
 
 
-def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root, confirm, cwd, timeout,
-             env, say, try_all) -> None:
+def _fix_app(result: FixResult, result_check, reference, directory, backends, remedies, root,
+             command: ConfirmCommand | None, timeout, env, say, try_all) -> None:
     """App-level mismatches whose tensors all pass (:mod:`onnxwrapper.repair.fix._app_level`). Each candidate
     is judged by running the script again, so only with a command the user named or confirmed
     (:mod:`onnxwrapper.repair.fix._confirm`): a diff folder never chooses what runs."""
     runs = result_check.runs
-    command, _note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
     for label, app in sorted(result_check.app.items()):
         if app.status != "differs" or (backends is not None and label not in set(backends)):
             continue
@@ -282,13 +289,13 @@ def _fix_app(result: FixResult, result_check, reference, directory, backends, re
             result.models.append(mf)
 
 
-def _confirm(result: FixResult, directory: str, runs, reference: str, labels, confirm, cwd, timeout, env,
+def _confirm(result: FixResult, directory: str, runs, reference: str, labels, confirmation, timeout, env,
              say) -> None:
-    command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
+    command, note = confirmation
     result.notes.append(note)
     if command is None:
         return
-    say("confirming: the script again, with the recipe")
+    say(f"confirming: the script again, with the recipe: {command.shown()}")  # shown before it runs
     result.confirmation = _script_run(directory, runs, reference, labels, result.recipe_path, command, timeout, env)
 
 
@@ -297,6 +304,8 @@ def _script_run(directory: str, runs, reference: str, labels, recipe_path, comma
     runs ``labels``, judged against ``reference`` as the diff was."""
     manifest = read_manifest(directory, MANIFEST)
     app = manifest.get("app") if isinstance(manifest.get("app"), dict) else {}
+    # file names to compare are paths: taken only from a folder made here (docs/security.md)
+    compare = [c for c in app.get("compare") or ("stdout",) if command.compare_files or c in ("stdout", "none")]
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
     options = {lb: dict(runs[lb].options, repairs={"file": recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
@@ -304,5 +313,5 @@ def _script_run(directory: str, runs, reference: str, labels, recipe_path, comma
     return run(command.argv[0], command.argv[1:], module=command.module,
                backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
                backend_options=options, directory=confirm_dir, cwd=command.cwd, timeout=timeout,
-               env=dict(env or {}), compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
-               output_rtol=app.get("rtol"), tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))
+               script_digest=command.sha256, env=dict(env or {}), compare_output=compare or ("stdout",),
+               output_filter=app.get("filter"), output_rtol=app.get("rtol"), tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))
