@@ -14,7 +14,8 @@ from typing import Callable, Iterable, Mapping
 
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._capture import (DEFAULT_MAX_BYTES, MANIFEST, MANIFEST_FORMAT, Capture, parse_size, read_capture,
-                                       read_manifest, relative_run, script_sha256, unused_stem, write_manifest)
+                                       read_manifest, received_options, relative_run, script_sha256, unused_stem,
+                                       write_manifest)
 from onnxwrapper.diff._judge import (NONE, STDOUT, DiffResult, as_tolerances, compare_captures, judge_app, judge_runs,
                                      needs_rerun)
 from onnxwrapper.diff._localize import localize_failures
@@ -184,6 +185,10 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         compare_output / output_filter / output_rtol: the app-level comparison (see :func:`run`);
             ``None`` = as the run was made (files can only be compared when the run copied them).
 
+    The runs' recorded backend options are an allow-list: paths, libraries and limits are never
+    taken from a folder (:func:`onnxwrapper.diff._capture.received_options`; a note names what was
+    dropped).
+
     Raises:
         FileNotFoundError: no ``diff.json`` there (a single capture is compared with :func:`compare`).
         MalformedFileError: a ``diff.json`` field of the wrong type, a run file outside the folder
@@ -196,14 +201,19 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         hint = (" It is a single capture; compare two captures with onnxwrapper.diff.compare()."
                 if os.path.exists(os.path.join(directory, "capture.json")) else "")
         raise FileNotFoundError(f"{directory} is not an aipc diff directory (no {MANIFEST}).{hint}") from exc
-    runs = {}
+    runs, notes = {}, []
     for label, d in (manifest.get("runs") or {}).items():
         d = dict(d)
         for key in ("capture_dir", "stdout", "stderr"):
             if d.get(key):
                 d[key] = os.path.join(directory, d[key])
+        d["options"], dropped = _received_options(d["backend"], d.get("options") or {})
+        if dropped:
+            notes.append(f"{label}: backend options recorded in the folder and not used: {', '.join(dropped)} (a "
+                         f"folder never sets paths, libraries or limits; give your own: docs/security.md)")
         runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__ and v is not None})
     result = judge_runs(directory, manifest, runs, as_tolerances(tolerances), progress)
+    result.notes += notes
     result.mode = "check"
     result.timings = dict((manifest.get("model_run") or {}).get("timings") or {})
     saved = manifest.get("app") or {}
@@ -214,6 +224,16 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
     if localize:
         localize_failures(result, timeout=timeout, progress=progress)
     return result
+
+
+def _received_options(backend: str, options: Mapping) -> tuple[dict, list[str]]:
+    """The recorded ``options`` of a run of ``backend`` that a folder may set, and the names dropped
+    (:func:`onnxwrapper.diff._capture.received_options`; the backend class may allow more names)."""
+    try:
+        allowed = getattr(default_registry().get(backend), "received_options", ())
+    except Exception:  # noqa: BLE001 - an unknown or broken backend allows only the common names
+        allowed = ()
+    return received_options(options, allowed)
 
 
 def compare(reference, others: Mapping, *, tolerances=None, mode: str = "check") -> DiffResult:
