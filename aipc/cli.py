@@ -40,7 +40,7 @@ from aipc.commands.run import build_parser, run_command, run_help
 from aipc_loader import _env
 from aipc_loader._report import say
 
-__all__ = ["main", "SUBCOMMANDS", "help_text"]
+__all__ = ["main", "SUBCOMMANDS", "help_text", "input_errors", "one_line"]
 
 #: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc.commands.run`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -207,15 +207,37 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         say(f"error: {exc}", prefix)
         say(f"try 'aipc {name} --help'", prefix)
         return EXIT_USAGE
-    from onnxwrapper.errors import MalformedFileError, OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
+    from onnxwrapper.errors import OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
-        say(f"error: {exc}", prefix)
+    except input_errors() as exc:  # a refusal of what the user gave (a file, a folder, an option): bad input
+        say(f"error: {one_line(exc)}", prefix)
         return EXIT_USAGE
     except OnnxwrapperError as exc:
-        say(f"error: {exc}", prefix)
+        say(f"error: {one_line(exc)}", prefix)
         return EXIT_FAILED
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """The typed refusals of input that exit with status 64 (usage or input error) when a command
+    does not handle them itself: a file or folder that is not what its format says
+    (``MalformedFileError``), an unusable recipe (``RecipeError``), an unusable artifact or cache
+    (``ArtifactError``), a bad backend name or option, a file that is missing, a FIFO, a device or
+    a folder where a file belongs."""
+    from onnxwrapper.errors import (ArtifactError, BackendNotFoundError, BackendOptionError, MalformedFileError,
+                                    RecipeError)
+    from onnxwrapper.kernel import NotRegularFileError
+
+    return (MalformedFileError, RecipeError, ArtifactError, BackendNotFoundError, BackendOptionError,
+            NotRegularFileError, FileNotFoundError)
+
+
+def one_line(exc: BaseException) -> str:
+    """``str(exc)`` on one line, control characters shown escaped (``\\x1b``): a message may quote
+    names from a file from elsewhere, which must not move the cursor or recolour the terminal."""
+    text = str(exc) or type(exc).__name__
+    return "".join(ch if ch.isprintable() else (" " if ch in "\n\r\t" else ch.encode("unicode_escape").decode())
+                   for ch in text)

@@ -20,7 +20,7 @@ from onnxwrapper.diff._judge import (NONE, STDOUT, DiffResult, as_tolerances, co
                                      needs_rerun)
 from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.diff._report import prewarm as prewarm_report
-from onnxwrapper.diff._runs import BackendRun, RunPlan, Target, parse_backends, run_child
+from onnxwrapper.diff._runs import BackendRun, RunPlan, Target, check_backend_options, parse_backends, run_child
 
 __all__ = ["run", "check", "compare", "default_directory", "report_paths"]
 
@@ -105,7 +105,8 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         :class:`~onnxwrapper.diff.DiffResult` (``exit_status`` 0/1/2).
 
     Raises:
-        onnxwrapper.BackendNotFoundError, ValueError: bad backend list or arguments (usage errors).
+        onnxwrapper.BackendNotFoundError, onnxwrapper.BackendOptionError, ValueError: bad backend
+            list, options or arguments (usage errors, found before any child starts).
         FileNotFoundError: the script does not exist.
     """
     compare_output = _app_items(compare_output)
@@ -117,6 +118,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     if unknown:
         raise ValueError(f"backend options given for {', '.join(sorted(unknown))}, which is not among the "
                          f"backends ({', '.join(labels)}).")
+    check_backend_options(labels, options)  # a bad option is an error before any child starts
     if not module and not os.path.isfile(os.path.join(cwd or "", os.fspath(target))):
         raise FileNotFoundError(f"script not found: {target}")
     max_bytes = parse_size(max_bytes)
