@@ -36,7 +36,8 @@ def report_paths(directory: str, check: bool = False) -> tuple[str, str]:
 
 
 def default_directory(base: str | None = None, command: str = "diff") -> str:
-    """``<base or cwd>/aipc-<command>-<UTC date-time>`` (made unique with a suffix when it exists).
+    """``<base or cwd>/aipc-<command>-<UTC date-time>`` (made unique with a suffix when the name is
+    taken, also by a symbolic link that points nowhere).
 
     The one rule of every aipc command that writes a run folder (``aipc diff``, ``aipc diff
     --model``, ``aipc run MODEL.onnx``, ``aipc capture``) when no folder is given: a new folder
@@ -49,7 +50,7 @@ def default_directory(base: str | None = None, command: str = "diff") -> str:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = os.path.join(base or os.getcwd(), f"aipc-{command}-{stamp}")
     candidate, n = path, 1
-    while os.path.exists(candidate):
+    while os.path.lexists(candidate):  # a dangling symbolic link is taken too: never written through
         n += 1
         candidate = f"{path}-{n}"
     return candidate

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -20,7 +21,7 @@ from onnxwrapper.diff import _capture
 from onnxwrapper.repair import ModelRecipe
 from onnxwrapper.repair.fix import _api as _fix
 from onnxwrapper.repair.fix import fix
-from tests.diff.test_diff_api import perturb_registered  # noqa: F401 (fixture)
+from tests.redteam.plugins import rtfix, rtfix_env  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, conv_project, write_script  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow  # diff runs: one child process per backend
@@ -31,10 +32,10 @@ def sha(path) -> str:
 
 
 @pytest.fixture
-def made_here(tmp_path, child_env, perturb_registered, monkeypatch):  # noqa: F811
-    """A failing diff (cpu vs perturb) made by this user here, whose script appends its arguments to
-    ``log.txt``; the repair itself is stubbed (perturb takes no recipe) so that fix reaches its
-    confirmation step."""
+def made_here(tmp_path, rtfix, monkeypatch):  # noqa: F811
+    """A failing diff (cpu vs rtfix: perturbed outputs) made by this user here, whose script appends
+    its arguments to ``log.txt``; the repair itself is stubbed (rtfix ignores recipes) so that fix
+    reaches its confirmation step."""
     conv_project(tmp_path)
     script = write_script(tmp_path, """
         import sys
@@ -46,15 +47,14 @@ def made_here(tmp_path, child_env, perturb_registered, monkeypatch):  # noqa: F8
         print("sum", round(float(sess.run(None, {"X": x})[0].sum()), 3))
     """, name="app.py")
     d = tmp_path / "d"
-    env = {"PYTHONPATH": child_env["PYTHONPATH"]}
-    result = diff.run(script, backends="cpu,perturb", backend_options={"perturb": {"scale": 1e-2}}, directory=d,
+    env = {"PYTHONPATH": rtfix["PYTHONPATH"]}
+    result = diff.run(script, backends="cpu,rtfix", backend_options={"rtfix": {"scale": 1e-2}}, directory=d,
                       cwd=tmp_path, env=env)
     assert result.exit_status == 1
 
     def stub_fix_model(mf, *args, **kwargs):
         mf.recipe = ModelRecipe(mf.sha256, cpu_subgraphs=(("conv",),))
 
-    monkeypatch.setattr(_fix, "_takes_repairs", lambda backend: True)
     monkeypatch.setattr(_fix, "_fix_model", stub_fix_model)
     return d, script, env
 
@@ -158,11 +158,9 @@ def test_confirm_with_a_missing_script_fails_before_any_work(tmp_path, made_here
     assert not started
 
 
-def test_cli_confirm_with_a_missing_script_is_a_usage_error_at_once(tmp_path, made_here, child_env):  # noqa: F811
-    import subprocess
-
+def test_cli_confirm_with_a_missing_script_is_a_usage_error_at_once(tmp_path, made_here, rtfix_env):  # noqa: F811
     d, script, env = made_here
     proc = subprocess.run([sys.executable, "-m", "aipc", "fix", str(d), "--confirm-with", "missing.py"],
-                          cwd=tmp_path, env=child_env, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env=rtfix_env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 64 and "--confirm-with: the script 'missing.py' does not exist" in proc.stderr
     assert "baseline" not in proc.stderr and not (d / "fix.json").exists()

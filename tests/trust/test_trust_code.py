@@ -18,7 +18,7 @@ from onnxwrapper.repair.fix import _api as _fix
 from onnxwrapper.repair import ModelRecipe
 from onnxwrapper.repair.fix import fix
 from tests import models
-from tests.diff.test_diff_api import perturb_registered  # noqa: F401 (fixture)
+from tests.redteam.plugins import rtfix, rtfix_env  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, conv_project  # noqa: F401 (fixture)
 
 HOSTILE = 'x"""+__import__("os").system("touch pwned")+"""y.onnx'
@@ -49,14 +49,14 @@ def test_gen_script_of_a_hostile_model_name_runs_no_command(tmp_path, child_env)
 
 
 @pytest.fixture
-def received_diff(tmp_path, child_env, perturb_registered, monkeypatch):  # noqa: F811
-    """A failing diff (cpu vs perturb) whose diff.json was edited by its sender to name a hostile
-    script; the repair itself is stubbed (perturb takes no recipe) so that fix reaches its
-    confirmation step."""
+def received_diff(tmp_path, rtfix, monkeypatch):  # noqa: F811
+    """A failing diff (cpu vs rtfix: perturbed outputs) whose diff.json was edited by its sender to
+    name a hostile script; the repair itself is stubbed (rtfix ignores recipes) so that fix reaches
+    its confirmation step."""
     script = conv_project(tmp_path)
     d = tmp_path / "d"
-    env = {"PYTHONPATH": child_env["PYTHONPATH"]}
-    result = diff.run(script, backends="cpu,perturb", backend_options={"perturb": {"scale": 1e-2}}, directory=d,
+    env = {"PYTHONPATH": rtfix["PYTHONPATH"]}
+    result = diff.run(script, backends="cpu,rtfix", backend_options={"rtfix": {"scale": 1e-2}}, directory=d,
                       cwd=tmp_path, env=env)
     assert result.exit_status == 1
     manifest = json.loads((d / "diff.json").read_text())
@@ -69,7 +69,6 @@ def received_diff(tmp_path, child_env, perturb_registered, monkeypatch):  # noqa
     def stub_fix_model(mf, *args, **kwargs):
         mf.recipe = ModelRecipe(mf.sha256, cpu_subgraphs=(("conv",),))
 
-    monkeypatch.setattr(_fix, "_takes_repairs", lambda backend: True)
     monkeypatch.setattr(_fix, "_fix_model", stub_fix_model)
     return d, script, hostile, env
 

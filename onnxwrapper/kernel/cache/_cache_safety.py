@@ -22,6 +22,7 @@ or record a false digest hint. So:
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 import threading
@@ -32,6 +33,7 @@ __all__ = ["root_problem", "check_root", "private_makedirs", "make_private", "is
            "touch_stamp", "write_private_file"]
 
 _POSIX = os.name == "posix"
+_log = logging.getLogger("onnxwrapper.cache")
 _checked: dict[tuple, str | None] = {}
 _lock = threading.Lock()
 
@@ -80,7 +82,20 @@ def check_root(root: str) -> None:
 
 def private_makedirs(path: str) -> None:
     """``os.makedirs(path, exist_ok=True)`` with every folder it creates set to ``0700`` (whatever
-    the umask)."""
+    the umask). A file, a symbolic link or anything else that is not a folder at ``path`` itself (a
+    folder of the cache such as ``entries``, damaged or planted) is removed first, with a WARNING:
+    the cache's own names are never followed or left in the way.
+
+    Raises:
+        OSError: a folder cannot be created (permissions, a file in place of a parent folder).
+    """
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            _log.warning("onnxwrapper cache: %s is not a folder (mode %o); replacing it with one", path, st.st_mode)
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
     missing = []
     probe = os.path.abspath(path)
     while not os.path.isdir(probe):

@@ -85,7 +85,13 @@ def remove_tree(directory: str, trash: str) -> bool:
         return False
     except OSError:  # not an in-use problem (e.g. no rename across mounts): delete in place
         trash = directory
-    shutil.rmtree(trash, ignore_errors=True)
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:  # a file or a link where an entry folder belongs: removed, never followed
+        try:
+            os.remove(trash)
+        except OSError:
+            pass
     return True
 
 
