@@ -15,6 +15,9 @@ A subcommand other than ``run`` lives in ``aipc.commands.<name>``, a module expo
 module that cannot be imported is an error of that subcommand only (exit status 69). A script
 whose name equals a subcommand runs with ``aipc run NAME`` or ``aipc ./NAME``.
 
+Before anything else, aipc turns onnxruntime's telemetry off for itself and every process it starts
+(``ORT_DISABLE_TELEMETRY=1``, unless ``ONNXWRAPPER_ORT_TELEMETRY=1``: docs/security.md).
+
 Exit status: one table for every command (:mod:`aipc._exit_codes`, printed by ``aipc --help``);
 ``aipc run SCRIPT`` returns the script's own status once it has started (as ``python`` computes
 it; 130 after KeyboardInterrupt), and 64 (usage or input error: bad option, bad environment
@@ -83,6 +86,9 @@ def help_text() -> str:
         f"  {'PYTHONPATH':<22} aipc prepends its bootstrap directory for the processes it starts, so",
         f"  {'':<22} Python children inherit the patch (see docs/loader.md)",
         f"  {'ONNXWRAPPER_BACKEND':<22} not used by aipc (it selects for onnxwrapper.InferenceSession calls)",
+        f"  {_env.ENV_ORT_TELEMETRY}",
+        f"  {'':<22} 1: leave onnxruntime's telemetry on (aipc sets ORT_DISABLE_TELEMETRY=1 for itself",
+        f"  {'':<22} and the processes it starts; docs/security.md)",
         "",
         "Options win over environment variables. An option set only by the environment is ignored",
         "(with a -v note) when the chosen backend has no such option; given on the command line it is",
@@ -109,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     Never raises for usage errors (they print ``aipc: error: …`` on stderr and return 64).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    _env.keep_ort_telemetry_off(os.environ)  # before onnxruntime is imported (docs/security.md, "telemetry")
     if not argv or argv[0] in ("-h", "--help"):
         make_output_safe()
     if not argv:

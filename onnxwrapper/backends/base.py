@@ -35,7 +35,7 @@ import onnxruntime
 
 from onnxwrapper.backends._description import RUN_METHODS, ForeignIO, OrtSessionArgs, SessionDescription, SessionRequest
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
-from onnxwrapper.kernel import ModelMetadataInfo
+from onnxwrapper.kernel import ModelMetadataInfo, quiet_ort_telemetry
 
 __all__ = [
     "Availability",
@@ -305,6 +305,7 @@ class Backend(abc.ABC):
     received_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        quiet_ort_telemetry()  # a backend is made per session: ORT's telemetry off, once (docs/security.md)
         self.config = self.validate_options(options or {})
 
     @classmethod

@@ -40,6 +40,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   :func:`default_cache_dir` and its environment variables, :func:`prune_records` (bounded folders
   of small record files next to it), :func:`write_private_file` (how such a record is written:
   ``0600``, atomically);
+* onnxruntime's telemetry — :func:`quiet_ort_telemetry` (off unless :data:`ENV_ORT_TELEMETRY` says
+  otherwise; called when a session is created), :func:`ort_telemetry_wanted`;
 * versions — ``__version__`` (onnxwrapper's).
 
 Importing it imports onnxruntime, onnx and numpy, nothing else; no I/O.
@@ -57,12 +59,13 @@ from onnxwrapper.kernel.model import (ModelMetadataInfo, ModelSource, NodeArgInf
                                       dynamic_inputs, fold_ifs, has_control_flow, input_dims, is_static,
                                       modelmeta_from_onnx, node_args_from_onnx, record_digest, recorded_digest,
                                       shapes_note, specialize)
-from onnxwrapper.kernel.session import (NodeAssignment, NonFiniteInputCheck, NonFiniteInputWarning,
+from onnxwrapper.kernel.session import (ENV_ORT_TELEMETRY, NodeAssignment, NonFiniteInputCheck, NonFiniteInputWarning,
                                         PartialOffloadWarning, PartitionReport, RECORDED_METHODS,
                                         RecordingSessionOptions, RunPlans, assignment_not_enabled_error, call_key,
                                         check_input, check_output_names, check_providers, feed_signature,
                                         first_nonfinite, fix_free_dimensions, free_dimension_overrides, known_reason,
-                                        numpy_to_ort_type, ort_type_to_numpy, plannable, record_call, recorded_calls,
+                                        numpy_to_ort_type, ort_telemetry_wanted, ort_type_to_numpy, plannable,
+                                        quiet_ort_telemetry, record_call, recorded_calls,
                                         recorded_key, replay_calls, screened_plan, supplied_external_data,
                                         user_stacklevel, validate_feed, validate_ort_values)
 
@@ -71,6 +74,7 @@ __all__ = [
     "CacheEntry",
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
+    "ENV_ORT_TELEMETRY",
     "FORMAT_VERSION",
     "HostArchitecture",
     "ModelMetadataInfo",
@@ -116,9 +120,11 @@ __all__ = [
     "normalize_arch",
     "numpy_to_ort_type",
     "open_regular",
+    "ort_telemetry_wanted",
     "ort_type_to_numpy",
     "plannable",
     "prune_records",
+    "quiet_ort_telemetry",
     "read_regular",
     "record_call",
     "record_digest",
