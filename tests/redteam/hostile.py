@@ -39,19 +39,22 @@ def no_hang(label: str = "case", seconds: int = GUARD_SECONDS):
         signal.signal(signal.SIGALRM, previous)
 
 
+def make_special(path: Path, kind: str) -> Path:
+    """Make ``path`` a ``"fifo"``, a symbolic link to ``/dev/zero`` (``"zero"``) or a folder (``"dir"``)."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        os.symlink("/dev/zero", path)
+    else:
+        path.mkdir()
+    return path
+
+
 def special_files(folder: Path, name: str) -> dict[str, Path]:
     """``{kind: path}``: ``name`` made a FIFO, a symbolic link to ``/dev/zero`` and a directory, each
     in its own sub-folder of ``folder`` (so one name can be each kind)."""
     made = {}
     for kind in ("fifo", "zero", "dir"):
-        where = folder / kind
-        where.mkdir(parents=True, exist_ok=True)
-        path = where / name
-        if kind == "fifo":
-            os.mkfifo(path)
-        elif kind == "zero":
-            os.symlink("/dev/zero", path)
-        else:
-            path.mkdir()
-        made[kind] = path
+        (folder / kind).mkdir(parents=True, exist_ok=True)
+        made[kind] = make_special(folder / kind / name, kind)
     return made

@@ -126,6 +126,16 @@ def test_a_dangling_link_at_the_default_run_folder_name_gets_a_fresh_name(tmp_pa
     os.makedirs(folder)
 
 
+def in_fresh_cache(code: str, tmp_path):
+    """Run ``code`` (argv: a new private cache root, a model path) in a fresh interpreter; it must end well."""
+    (tmp_path / "m.onnx").write_bytes(models.smallconv(batch=1))
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    proc = run_python(code, str(root), str(tmp_path / "m.onnx"), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
 CUT_CTX = r"""
 import glob, os, sys, numpy as np
 import onnxwrapper
@@ -160,11 +170,7 @@ print("SECOND", float(y.sum()))
 @pytest.mark.slow
 @pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 def test_a_compile_cut_short_by_a_full_disk_is_never_served(tmp_path):
-    (tmp_path / "m.onnx").write_bytes(models.smallconv(batch=1))
-    root = tmp_path / "cache"
-    root.mkdir(mode=0o700)
-    proc = run_python(CUT_CTX, str(root), str(tmp_path / "m.onnx"), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = in_fresh_cache(CUT_CTX, tmp_path)
     lines = proc.stdout.splitlines()
     assert any(ln.startswith("FIRST: ArtifactError") for ln in lines), proc.stdout
     assert "ENTRIES 0" in lines, proc.stdout
@@ -202,11 +208,7 @@ print("AGAIN", bool(np.allclose(y, want)))
 @pytest.mark.slow
 @pytest.mark.skipif(not qnn_available(), reason="onnxruntime-qnn not installed")
 def test_an_entry_moved_while_it_is_loaded_is_a_typed_error_then_rebuilt(tmp_path):
-    (tmp_path / "m.onnx").write_bytes(models.smallconv(batch=1))
-    root = tmp_path / "cache"
-    root.mkdir(mode=0o700)
-    proc = run_python(MOVED, str(root), str(tmp_path / "m.onnx"), timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = in_fresh_cache(MOVED, tmp_path)
     assert "ArtifactError True" in proc.stdout and "AGAIN True" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 

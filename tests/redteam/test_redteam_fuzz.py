@@ -41,7 +41,7 @@ from onnxwrapper.diff import _capture
 from onnxwrapper.errors import OnnxwrapperError
 from onnxwrapper.repair.fix import _confirm
 from tests.redteam.folders import copy_folder, diff_folder
-from tests.redteam.hostile import POSIX, Hang, no_hang
+from tests.redteam.hostile import POSIX, Hang, make_special, no_hang
 
 SEED = int(os.environ.get("AIPC_FUZZ_SEED", "33"))
 SECONDS = float(os.environ.get("AIPC_FUZZ_SECONDS", "0") or 0)
@@ -102,13 +102,7 @@ def planted_modules(folder, rng, world):
 def special_run_files(folder, rng, world):
     victim = folder / "twin" / rng.choice(["stdout.txt", "calls.jsonl", "capture.json", "status.json"])
     victim.unlink(missing_ok=True)
-    kind = rng.choice(["fifo", "zero", "dir"])
-    if kind == "fifo":
-        os.mkfifo(victim)
-    elif kind == "zero":
-        os.symlink("/dev/zero", victim)
-    else:
-        victim.mkdir()
+    make_special(victim, rng.choice(["fifo", "zero", "dir"]))
 
 
 def hostile_npz(folder, rng, world):
