@@ -20,11 +20,13 @@ import importlib.util
 import os
 import sys
 
-__all__ = ["NEEDED", "drop_working_directory", "shadowed"]
+__all__ = ["NEEDED", "NO_FOLDER", "drop_working_directory", "shadowed"]
 
 #: the packages aipc imports before a script runs
 NEEDED = ("onnxruntime", "onnx", "numpy", "wrapt", "onnxwrapper", "aipc_loader")
 _dropped: str | None = None  # the working directory drop_working_directory() took out of sys.path[0]
+#: what takes the working directory's place in ``sys.path[0]``: a path inside aipc's package that is no folder
+NO_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "(working directory: not imported from)")
 
 
 def _real(path: str | None) -> str | None:
@@ -62,14 +64,15 @@ def shadowed(names=NEEDED) -> list[tuple[str, str]]:
 
 
 def drop_working_directory() -> None:
-    """When ``sys.path[0]`` is the working directory (``python -m aipc``, ``python -c``), put aipc's own
-    import root in its place (already on ``sys.path``: nothing new becomes importable); the slot
-    stays, so the script runner replaces it as Python would. Nothing changes under ``python -P`` or
-    for the ``aipc`` console script (its first entry is its own folder)."""
+    """When ``sys.path[0]`` is the working directory (``python -m aipc``, ``python -c``), put a path that
+    names no folder in its place (:data:`NO_FOLDER`: nothing becomes importable, and the order of
+    the other entries — ``PYTHONPATH`` before site-packages — is kept); the slot stays, so the
+    script runner replaces it as Python would. Nothing changes under ``python -P`` or for the
+    ``aipc`` console script (its first entry is its own folder)."""
     global _dropped
     if getattr(sys.flags, "safe_path", False) or not sys.path or _dropped is not None:
         return
     first = sys.path[0] or os.getcwd()
     if _real(first) == _real(os.getcwd()):
         _dropped = first  # what shadowed() still looks at: the files there are reported, never imported
-        sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        sys.path[0] = NO_FOLDER

@@ -87,8 +87,8 @@ def help_text() -> str:
         f"  {'':<22} Python children inherit the patch (see docs/loader.md)",
         f"  {'ONNXWRAPPER_BACKEND':<22} not used by aipc (it selects for onnxwrapper.InferenceSession calls)",
         f"  {_env.ENV_ORT_TELEMETRY}",
-        f"  {'':<22} 1: leave onnxruntime's telemetry on (aipc sets ORT_DISABLE_TELEMETRY=1 for itself",
-        f"  {'':<22} and the processes it starts; docs/security.md)",
+        f"  {'':<22} 1: leave onnxruntime's telemetry on (aipc sets ORT_DISABLE_TELEMETRY=1 for",
+        f"  {'':<22} itself and the processes it starts; docs/security.md)",
         "",
         "Options win over environment variables. An option set only by the environment is ignored",
         "(with a -v note) when the chosen backend has no such option; given on the command line it is",
@@ -222,7 +222,7 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         return EXIT_INTERRUPTED
     except input_errors() as exc:  # a refusal of what the user gave (a file, a folder, an option): bad input
         say(f"error: {one_line(exc)}", prefix)
-        return EXIT_USAGE
+        return EXIT_FAILED if getattr(exc, "transient", False) else EXIT_USAGE
     except OnnxwrapperError as exc:
         say(f"error: {one_line(exc)}", prefix)
         return EXIT_FAILED
@@ -233,7 +233,8 @@ def input_errors() -> tuple[type[BaseException], ...]:
     does not handle them itself: a file or folder that is not what its format says
     (``MalformedFileError``), an unusable recipe (``RecipeError``), an unusable artifact or cache
     (``ArtifactError``), a bad backend name or option, a file that is missing, a FIFO, a device or
-    a folder where a file belongs."""
+    a folder where a file belongs. An ``ArtifactError`` marked ``transient`` (a file in use, a lock
+    held, a full disk) is no input error: status 1."""
     from onnxwrapper.errors import (ArtifactError, BackendNotFoundError, BackendOptionError, MalformedFileError,
                                     RecipeError)
     from onnxwrapper.kernel import NotRegularFileError

@@ -147,12 +147,13 @@ class ArtifactCache(CacheBuild, CacheEviction):
             if exc.errno in _READ_ONLY_ERRNOS:
                 raise _ReadOnlyCache(str(exc)) from exc
             raise ArtifactError(f"The compile cache {self.root} is not usable ({exc}). Point the backend option "
-                                f"'cache_dir' or ${ENV_CACHE_DIR} to a writable directory.", path=self.root) from exc
+                                f"'cache_dir' or ${ENV_CACHE_DIR} to a writable directory.", path=self.root,
+                                transient=True) from exc
         except filelock.Timeout as exc:
             raise ArtifactError(f"Timed out after {self.lock_timeout:.0f} s waiting for the cache lock of entry "
                                 f"{key[:16]}… in {self.root}; another process may be stuck compiling it. "
                                 f"Remove {lock.lock_file} if no such process exists.",
-                                path=self.entry_dir(key)) from exc
+                                path=self.entry_dir(key), transient=True) from exc
         try:
             yield
         finally:

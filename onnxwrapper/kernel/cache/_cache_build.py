@@ -119,7 +119,8 @@ class CacheBuild:
             except OSError as exc:
                 raise ArtifactError(f"The cache entry {key[:16]}… could not be written completely ({name}: {exc}); "
                                     f"nothing was stored. Free disk space in {self.root} (or point the backend "
-                                    f"option 'cache_dir' elsewhere) and run again.", path=self.root) from exc
+                                    f"option 'cache_dir' elsewhere) and run again.", path=self.root,
+                                    transient=True) from exc
             sha256, crc32 = _checksums(path)
             files[name] = {"size": os.path.getsize(path), "sha256": sha256, "crc32": crc32}
         if verify is not None:
@@ -130,7 +131,7 @@ class CacheBuild:
             except Exception as exc:  # noqa: BLE001 - the builder's check failed: the files are no artifact
                 raise ArtifactError(f"The compiled files of cache entry {key[:16]}… are incomplete or unreadable "
                                     f"({type(exc).__name__}: {exc}); nothing was stored. Check the free space in "
-                                    f"{self.root} and run again.", path=self.root) from exc
+                                    f"{self.root} and run again.", path=self.root, transient=True) from exc
         return files
 
     def _publish(self, key: str, tmp: str) -> str:
@@ -145,7 +146,8 @@ class CacheBuild:
         except PermissionError:  # it came back and is in use (Windows)
             in_use = True
         except OSError as exc:
-            raise ArtifactError(f"Could not move the new cache entry into {final}: {exc}", path=final) from exc
+            raise ArtifactError(f"Could not move the new cache entry into {final}: {exc}", path=final,
+                                transient=True) from exc
         if in_use:
             final = detach_entry(os.path.join(self.root, "tmp"), key, tmp)
         return final
@@ -173,4 +175,4 @@ class CacheBuild:
             raise ArtifactError(f"The compile cache entry {entry.key[:16]}… in {self.root} was moved, removed or "
                                 f"damaged while it was loaded (another process may have evicted or rebuilt it): "
                                 f"{type(exc).__name__}. Open the session again: the entry is rebuilt.",
-                                path=entry.path) from exc
+                                path=entry.path, transient=True) from exc

@@ -59,7 +59,7 @@ def replace_files(moves: Sequence[tuple[str, str]]) -> None:
             os.replace(backup, target)
         raise ArtifactError(f"Cannot replace {failed}: {IN_USE_HINT}. Nothing was replaced. Close the program that "
                             f"uses it, or write to another output path. ({type(exc).__name__}: {exc})",
-                            path=failed) from exc
+                            path=failed, transient=True) from exc
     for source, target in moves:
         os.replace(source, target)
     for target, backup in aside:
