@@ -13,7 +13,6 @@ import pytest
 
 from aipc_loader import _env
 from onnxwrapper import kernel
-from onnxwrapper.kernel.session import _ort_telemetry
 from tests import models
 
 SHOW = "import os; print('ORT_DISABLE_TELEMETRY=' + str(os.environ.get('ORT_DISABLE_TELEMETRY')))\n"
@@ -69,6 +68,8 @@ def test_a_library_session_turns_it_off_once_and_import_does_nothing(tmp_path, w
 
 
 def test_one_variable_name_in_the_library_and_the_command_line():
+    from onnxwrapper.kernel.session import _ort_telemetry
+
     assert _env.ENV_ORT_TELEMETRY == kernel.ENV_ORT_TELEMETRY == _ort_telemetry.ENV_ORT_TELEMETRY
     assert _env.ORT_TELEMETRY_OFF == _ort_telemetry.ORT_TELEMETRY_OFF_VARIABLE
     environ = {}
