@@ -15,6 +15,9 @@ A subcommand other than ``run`` lives in ``aipc.commands.<name>``, a module expo
 module that cannot be imported is an error of that subcommand only (exit status 69). A script
 whose name equals a subcommand runs with ``aipc run NAME`` or ``aipc ./NAME``.
 
+Before anything else, aipc turns onnxruntime's telemetry off for itself and every process it starts
+(``ORT_DISABLE_TELEMETRY=1``, unless ``ONNXWRAPPER_ORT_TELEMETRY=1``: docs/security.md).
+
 Exit status: one table for every command (:mod:`aipc._exit_codes`, printed by ``aipc --help``);
 ``aipc run SCRIPT`` returns the script's own status once it has started (as ``python`` computes
 it; 130 after KeyboardInterrupt), and 64 (usage or input error: bad option, bad environment
@@ -40,7 +43,7 @@ from aipc.commands.run import build_parser, run_command, run_help
 from aipc_loader import _env
 from aipc_loader._report import say
 
-__all__ = ["main", "SUBCOMMANDS", "help_text"]
+__all__ = ["main", "SUBCOMMANDS", "help_text", "input_errors", "one_line"]
 
 #: name -> (module, one-line description). ``run`` is implemented in :mod:`aipc.commands.run`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -83,6 +86,9 @@ def help_text() -> str:
         f"  {'PYTHONPATH':<22} aipc prepends its bootstrap directory for the processes it starts, so",
         f"  {'':<22} Python children inherit the patch (see docs/loader.md)",
         f"  {'ONNXWRAPPER_BACKEND':<22} not used by aipc (it selects for onnxwrapper.InferenceSession calls)",
+        f"  {_env.ENV_ORT_TELEMETRY}",
+        f"  {'':<22} 1: leave onnxruntime's telemetry on (aipc sets ORT_DISABLE_TELEMETRY=1 for",
+        f"  {'':<22} itself and the processes it starts; docs/security.md)",
         "",
         "Options win over environment variables. An option set only by the environment is ignored",
         "(with a -v note) when the chosen backend has no such option; given on the command line it is",
@@ -122,6 +128,7 @@ def _interrupted(prefix: str = "aipc: ") -> int:
 
 
 def _main(argv: list) -> int:
+    _env.keep_ort_telemetry_off(os.environ)  # before onnxruntime is imported (docs/security.md, "telemetry")
     # one console for every command (aipc._console): stderr now; stdout where aipc writes it, not a script
     _console.prepare(stdout=not argv or argv[0] in ("-h", "--help", "--version") or argv[0] in SUBCOMMANDS
                      and argv[0] != "run")
@@ -144,6 +151,7 @@ def _main(argv: list) -> int:
                          f"directory first on sys.path, so `import {name}` would load this file (as `python "
                          f"{os.path.basename(path)}` would). Rename it, or run aipc from another directory.")
         return EXIT_USAGE
+    _shadowing.drop_working_directory()  # nothing aipc imports from now on comes from the working directory
     if first == "run":
         return run_command(argv[1:], help_text=run_help)
     if first == "diff" and _model_diff(argv[1:]):
@@ -217,15 +225,38 @@ def _subcommand(name: str, argv: list, module_name: str | None = None) -> int:
         say(f"error: {exc}", prefix)
         say(f"try 'aipc {name} --help'", prefix)
         return EXIT_USAGE
-    from onnxwrapper.errors import MalformedFileError, OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
+    from onnxwrapper.errors import OnnxwrapperError  # imports onnxruntime: not for `aipc --help`
 
     try:
         return int(entry(args) or 0)
     except KeyboardInterrupt:
         return _interrupted(prefix)
-    except MalformedFileError as exc:  # a file from elsewhere is not what its format says: bad input
-        say(f"error: {exc}", prefix)
-        return EXIT_USAGE
+    except input_errors() as exc:  # a refusal of what the user gave (a file, a folder, an option): bad input
+        say(f"error: {one_line(exc)}", prefix)
+        return EXIT_FAILED if getattr(exc, "transient", False) else EXIT_USAGE
     except OnnxwrapperError as exc:
-        say(f"error: {exc}", prefix)
+        say(f"error: {one_line(exc)}", prefix)
         return EXIT_FAILED
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """The typed refusals of input that exit with status 64 (usage or input error) when a command
+    does not handle them itself: a file or folder that is not what its format says
+    (``MalformedFileError``), an unusable recipe (``RecipeError``), an unusable artifact or cache
+    (``ArtifactError``), a bad backend name or option, a file that is missing, a FIFO, a device or
+    a folder where a file belongs. An ``ArtifactError`` marked ``transient`` (a file in use, a lock
+    held, a full disk) is no input error: status 1."""
+    from onnxwrapper.errors import (ArtifactError, BackendNotFoundError, BackendOptionError, MalformedFileError,
+                                    RecipeError)
+    from onnxwrapper.kernel import NotRegularFileError
+
+    return (MalformedFileError, RecipeError, ArtifactError, BackendNotFoundError, BackendOptionError,
+            NotRegularFileError, FileNotFoundError)
+
+
+def one_line(exc: BaseException) -> str:
+    """``str(exc)`` on one line, control characters shown escaped (``\\x1b``): a message may quote
+    names from a file from elsewhere, which must not move the cursor or recolour the terminal."""
+    text = str(exc) or type(exc).__name__
+    return "".join(ch if ch.isprintable() else (" " if ch in "\n\r\t" else ch.encode("unicode_escape").decode())
+                   for ch in text)

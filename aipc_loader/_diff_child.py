@@ -7,8 +7,8 @@ imports nothing of the loader; this module builds on the diff's capture, runs an
 
 Usage (internal; the orchestrator builds these command lines)::
 
-    python -m aipc_loader._diff_child --backend B --capture DIR [--backend-options JSON]
-        [--max-bytes N] [--max-calls-per-model N] [--no-capture] -- script.py [args…]   # live: run the script
+    python -P -m aipc_loader._diff_child --backend B --capture DIR [--backend-options JSON]
+        [--max-bytes N] [--max-calls-per-model N] [--no-capture] [--sha256 HEX] -- script.py [args…]   # live
     python -m aipc_loader._diff_child ... -m module [args…]                   # live: run a module
     python -m aipc_loader._diff_child ... --replay REF_CAPTURE_DIR [--only KEYS.json]   # replay inputs
     python -m aipc_loader._diff_child ... --expose REQUEST.json                # localization round
@@ -70,11 +70,16 @@ def _live(ns, options: dict) -> int:
                                metadata=meta)
         # number sessions in creation order, as `aipc -v` does
         undo = aipc_loader.add_session_listener(handle.writer.announce_session)
+    # this child runs in safe-path mode (python -P: nothing of its working directory is imported by
+    # aipc itself); the script gets the sys.path plain python gives it, PYTHONSAFEPATH as the user set it
+    safe = bool(os.environ.get("PYTHONSAFEPATH"))
     try:
         if ns.module:
-            code = aipc_loader.run_module(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options)
+            code = aipc_loader.run_module(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options,
+                                          safe_path=safe)
         else:
-            code = aipc_loader.run_script(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options)
+            code = aipc_loader.run_script(ns.argv[0], list(ns.argv[1:]), backend=ns.backend, backend_options=options,
+                                          safe_path=safe, sha256=ns.sha256)
     finally:
         undo()
         if handle is not None:
@@ -172,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", default=None, help="JSON file: [[session, index], …] of the calls to replay")
     p.add_argument("--expose", default=None, help="localization request JSON")
     p.add_argument("--model-request", default=None, help="model run request JSON (onnxwrapper.diff._runs._model_child)")
+    p.add_argument("--sha256", default=None, help="live mode: run the script only if its bytes have this digest")
     p.add_argument("-m", dest="module", action="store_true", help="argv[0] is a module name")
     p.add_argument("argv", nargs=argparse.REMAINDER)
     return p

@@ -20,7 +20,7 @@ __all__ = [
     "ENV_BACKEND", "ENV_TARGET", "ENV_PRECISION", "ENV_STRICT", "ENV_CACHE_DIR", "ENV_VERBOSE",
     "ENV_REPORT_PARTITION", "ENV_COMPILE_TIMEOUT", "ENV_COMPILE_MEMORY_MB", "ENV_COMPILE_BUDGET", "ENV_SHAPE_BUCKETS", "ACTIVE_VARIABLE", "USER_VARIABLES", "OPTION_KEYS", "DEFAULT_BACKEND",
     "EnvError", "ChildConfig", "parse_bool", "parse_positive", "parse_verbosity", "encode_child_config",
-    "decode_child_config",
+    "decode_child_config", "ENV_ORT_TELEMETRY", "ORT_TELEMETRY_OFF", "keep_ort_telemetry_off",
 ]
 
 ENV_BACKEND = "AIPC_BACKEND"
@@ -37,6 +37,10 @@ ENV_COMPILE_MEMORY_MB = "AIPC_COMPILE_MEMORY_MB"
 
 #: set by aipc for the processes it starts (JSON, see :class:`ChildConfig`); never set it by hand.
 ACTIVE_VARIABLE = "AIPC_ACTIVE"
+#: 1: leave onnxruntime's telemetry on (``onnxwrapper.kernel.ENV_ORT_TELEMETRY``; a test checks they agree)
+ENV_ORT_TELEMETRY = "ONNXWRAPPER_ORT_TELEMETRY"
+#: onnxruntime's own switch, read when onnxruntime is imported
+ORT_TELEMETRY_OFF = "ORT_DISABLE_TELEMETRY"
 
 #: the backend used when neither ``--backend`` nor ``AIPC_BACKEND`` says otherwise.
 DEFAULT_BACKEND = "qnn"
@@ -163,3 +167,17 @@ def decode_child_config(text: str) -> ChildConfig:
     except (ValueError, TypeError) as exc:
         raise EnvError(f"{ACTIVE_VARIABLE} has a value aipc cannot read ({exc}); it is set by aipc "
                        f"for its child processes and should not be set by hand.") from exc
+
+
+def keep_ort_telemetry_off(environ) -> bool:
+    """Set onnxruntime's ``ORT_DISABLE_TELEMETRY=1`` in ``environ`` (``os.environ``: this process
+    and every process it starts), unless the user set :data:`ENV_ORT_TELEMETRY` to 1 (true, yes,
+    on) or set ``ORT_DISABLE_TELEMETRY`` themselves. onnxruntime reads it when it is imported, so
+    the ``aipc`` command calls this before it imports onnxruntime (measured on onnxruntime 1.32.0:
+    it is the one switch that stops the collector lookups; ``onnxruntime.disable_telemetry_events()``
+    after the import does not — see :mod:`onnxwrapper.kernel.session._ort_telemetry`). Returns True
+    when it set the variable."""
+    if environ.get(ENV_ORT_TELEMETRY, "").strip().lower() in _TRUE or ORT_TELEMETRY_OFF in environ:
+        return False
+    environ[ORT_TELEMETRY_OFF] = "1"
+    return True

@@ -15,7 +15,12 @@ What the code sees (measured against CPython 3.11's own launcher, and tested aga
   so modules there are found); ``sys.argv[0]`` is ``"-m"`` during the lookup, then the module's
   file; a package runs its ``__main__`` submodule; globals as ``runpy`` sets them (``__spec__``
   the module's spec, ``__package__`` its parent).
-* With ``python -P`` / ``PYTHONSAFEPATH`` nothing is put in ``sys.path[0]`` (as Python).
+* With ``python -P`` / ``PYTHONSAFEPATH`` nothing is put in ``sys.path[0]`` (as Python);
+  ``safe_path=False`` runs the code as plain ``python`` would even in a safe-path interpreter (the
+  path is then inserted first: aipc's own children start with ``-P`` so that they import nothing
+  from their working directory, and still run the user's script as the user would).
+* ``sha256=HEX`` (a script file only): the bytes read are compiled only when they have that digest,
+  else :class:`LaunchError` — a script checked earlier and swapped since never runs.
 
 Exit status (as the interpreter computes it): 0 when the code returns; ``SystemExit(None)`` → 0,
 ``SystemExit(int)`` → that int, any other ``SystemExit`` value is written to ``sys.stderr`` and
@@ -36,6 +41,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import hashlib
 import importlib.machinery
 import importlib.util
 import os
@@ -78,7 +84,8 @@ class _Prepared:
 
 # -- public API -----------------------------------------------------------------------------------
 def run_script(path, args: Sequence[str] = (), *, backend: str | None = "qnn",
-               backend_options: Mapping[str, Any] | None = None) -> int:
+               backend_options: Mapping[str, Any] | None = None, safe_path: bool | None = None,
+               sha256: str | None = None) -> int:
     """Run ``path`` as ``python path *args`` would, with the aipc patch active on ``backend``.
 
     While it runs, ``onnxruntime.InferenceSession`` builds onnxwrapper sessions on ``backend``
@@ -92,32 +99,37 @@ def run_script(path, args: Sequence[str] = (), *, backend: str | None = "qnn",
         args: the script's arguments (``sys.argv[1:]``).
         backend: backend name or alias; ``None`` runs the script without the patch.
         backend_options: options for that backend (``target``, ``precision``, …).
+        safe_path: ``None``: as this interpreter (``sys.flags.safe_path``); ``False``: the
+            script's directory first on ``sys.path`` as plain ``python`` puts it; ``True``: nothing.
+        sha256: run the script file only when its bytes have this hex digest (module docstring).
 
     Returns:
         The exit status ``python path *args`` would have (module docstring); the script's
         exceptions never propagate (they are printed as Python prints them).
 
     Raises:
-        LaunchError: the script cannot be opened or has no ``__main__``.
+        LaunchError: the script cannot be opened or has no ``__main__``, or (``sha256``) its bytes
+            have another digest.
         onnxwrapper.BackendNotFoundError, onnxwrapper.BackendOptionError,
         onnxwrapper.BackendUnavailableError: bad or unavailable backend (checked before the
         script starts).
     """
     config = None if backend is None else ChildConfig(backend, dict(backend_options or {}))
     with aipc_environment(config):
-        return run_path_as_main(path, args)
+        return run_path_as_main(path, args, safe_path=safe_path, sha256=sha256)
 
 
 def run_module(name: str, args: Sequence[str] = (), *, backend: str | None = "qnn",
-               backend_options: Mapping[str, Any] | None = None) -> int:
+               backend_options: Mapping[str, Any] | None = None, safe_path: bool | None = None) -> int:
     """Run module ``name`` as ``python -m name *args`` would, with the aipc patch active.
 
-    Same contract as :func:`run_script`; ``LaunchError`` (status 1) when the module or a
-    package's ``__main__`` cannot be found.
+    Same contract as :func:`run_script` (``safe_path``: the working directory first on
+    ``sys.path`` or not); ``LaunchError`` (status 1) when the module or a package's ``__main__``
+    cannot be found.
     """
     config = None if backend is None else ChildConfig(backend, dict(backend_options or {}))
     with aipc_environment(config):
-        return run_module_as_main(name, args)
+        return run_module_as_main(name, args, safe_path=safe_path)
 
 
 @contextlib.contextmanager
@@ -155,40 +167,49 @@ def aipc_environment(config: ChildConfig | None, *, restore: bool = True) -> Ite
                 _patch._activate(previous)
 
 
-def run_path_as_main(path, args: Sequence[str] = (), *, restore: bool = True) -> int:
+def run_path_as_main(path, args: Sequence[str] = (), *, restore: bool = True, safe_path: bool | None = None,
+                     sha256: str | None = None) -> int:
     """Run a script file, directory or zip file as Python does, without touching the patch.
 
     Args:
         restore: put ``sys.argv``, ``sys.path`` and ``sys.modules["__main__"]`` back afterwards.
+        safe_path / sha256: as :func:`run_script`.
 
     Returns:
         The exit status (module docstring).
 
     Raises:
         LaunchError: as Python refuses to start (cannot open the file: status 2; no
-            ``__main__`` in a directory/zip: status 1).
+            ``__main__`` in a directory/zip: status 1); a script whose bytes do not have
+            ``sha256`` (status 2).
     """
     fs_path = os.fspath(path)
     joined = fs_path if os.path.isabs(fs_path) else os.path.join(os.getcwd(), fs_path)
     if os.path.isdir(fs_path) or (os.path.isfile(fs_path) and zipfile.is_zipfile(fs_path)):
-        return _execute(lambda: _prepare_main_package(fs_path, joined), [fs_path, *args], joined, restore)
-    return _execute(lambda: _prepare_file(fs_path, joined), [fs_path, *args],
-                    os.path.dirname(os.path.realpath(fs_path)), restore)
+        if sha256 is not None:
+            raise LaunchError(f"{joined!r} is a directory or zip file: only a script file has a content digest", 2)
+        return _execute(lambda: _prepare_main_package(fs_path, joined), [fs_path, *args], joined, restore, safe_path)
+    return _execute(lambda: _prepare_file(fs_path, joined, sha256), [fs_path, *args],
+                    os.path.dirname(os.path.realpath(fs_path)), restore, safe_path)
 
 
-def run_module_as_main(name: str, args: Sequence[str] = (), *, restore: bool = True) -> int:
+def run_module_as_main(name: str, args: Sequence[str] = (), *, restore: bool = True,
+                       safe_path: bool | None = None) -> int:
     """Run a module as ``python -m name`` does, without touching the patch (see
-    :func:`run_path_as_main` for ``restore``, return value and errors)."""
-    return _execute(lambda: _prepare_module(name), ["-m", *args], os.getcwd(), restore)
+    :func:`run_path_as_main` for ``restore``, ``safe_path``, return value and errors)."""
+    return _execute(lambda: _prepare_module(name), ["-m", *args], os.getcwd(), restore, safe_path)
 
 
 # -- preparation ----------------------------------------------------------------------------------
-def _prepare_file(fs_path: str, joined: str) -> _Prepared:
+def _prepare_file(fs_path: str, joined: str, sha256: str | None = None) -> _Prepared:
     try:
         with open(fs_path, "rb") as handle:
             source = handle.read()
     except OSError as exc:
         raise LaunchError(f"can't open file {joined!r}: [Errno {exc.errno}] {exc.strerror}", 2) from exc
+    if sha256 is not None and hashlib.sha256(source).hexdigest() != sha256:
+        raise LaunchError(f"{joined!r} is no longer the script whose sha256 was checked ({sha256[:12]}…): it "
+                          f"changed since; nothing of it ran", 2)
     g = {"__name__": "__main__", "__doc__": None, "__package__": None,
          "__loader__": importlib.machinery.SourceFileLoader("__main__", joined), "__spec__": None,
          "__builtins__": builtins, "__file__": joined, "__cached__": None}
@@ -257,13 +278,14 @@ class _CompileLater:
 
 
 # -- execution ------------------------------------------------------------------------------------
-def _execute(prepare, argv: list, path0: str, restore: bool) -> int:
+def _execute(prepare, argv: list, path0: str, restore: bool, safe_path: bool | None = None) -> int:
     saved_argv, saved_path = sys.argv, list(sys.path)
     saved_main = sys.modules.get("__main__")
+    own_slot = not getattr(sys.flags, "safe_path", False)  # this interpreter put its own path0 first
     try:
         sys.argv = list(argv)
-        if not getattr(sys.flags, "safe_path", False):
-            if sys.path:
+        if not (sys.flags.safe_path if safe_path is None else safe_path):
+            if sys.path and own_slot:
                 sys.path[0] = path0
             else:
                 sys.path.insert(0, path0)

@@ -39,7 +39,7 @@ import sys
 from typing import Mapping
 
 from onnxwrapper.errors import ArtifactError
-from onnxwrapper.kernel import ArtifactCache, default_cache_dir, prune_records
+from onnxwrapper.kernel import ArtifactCache, default_cache_dir, prune_records, write_private_file
 
 __all__ = ["FORMAT", "MAX_FILES", "IndexLocation", "IndexedEntryPoint", "index_location", "read_index", "write_index"]
 
@@ -168,11 +168,7 @@ def write_index(location: IndexLocation, entry_points: Mapping[str, object]) -> 
         doc = {"format": FORMAT, "group": location.group, "python": sys.version, "executable": sys.executable,
                "paths": [[p, _mtime(p), _holds_distributions(p) is False] for p in paths], "entry_points": rows}
         target = location.file
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-        os.replace(tmp, target)
+        write_private_file(target, json.dumps(doc).encode("utf-8"))  # 0700 folder, 0600 file whatever the umask
         prune_records(os.path.dirname(target), ".json", MAX_FILES)
     except Exception:  # noqa: BLE001 - a read-only cache or odd metadata must not break discovery
         return

@@ -303,11 +303,16 @@ class ArtifactError(OnnxwrapperError):
 
     Attributes:
         path: the artifact's path, when there is one.
+        transient: True when the artifact or the input is not at fault but the moment is (a file
+            another process has in use, a cache lock held too long, a full disk, an entry another
+            process evicted while it was loaded): trying again later may work. The command line
+            exits with status 1 for these and 64 (an input error) for the others.
     """
 
-    def __init__(self, message: str, *, path: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, transient: bool = False) -> None:
         super().__init__(message)
         self.path = path
+        self.transient = transient
 
 
 class MalformedFileError(OnnxwrapperError, ValueError):

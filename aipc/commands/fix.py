@@ -14,8 +14,10 @@ replaying the model's recorded calls on the backend and judging them with the di
 the first that passes goes into the recipe file (default DIFF_DIR/repairs.json). A diff folder never
 chooses what runs: to run the script once more with the recipe, name it (--confirm-with SCRIPT
 ARGS…, everything after it belongs to the script), or ask for the recorded command (--confirm),
-which runs only when the script at the recorded path is byte-for-byte the one the diff ran
-(sha256). Apply a recipe with `python -m aipc --repairs FILE script.py`,
+which is shown and runs only for a diff you made on this machine (a private record of its
+diff.json) and when the script at the recorded path is byte-for-byte the one the diff ran (sha256).
+A folder from elsewhere never chooses a command, an argument, a working directory or a path
+(docs/security.md). Apply a recipe with `python -m aipc --repairs FILE script.py`,
 `InferenceSession(..., backend_options={"repairs": FILE})` or `aipc compile --repairs FILE`.
 
 Exit status: 0 every failing model repaired (and the confirmation run passed) · 1 not all repaired ·
@@ -26,6 +28,7 @@ Exit status: 0 every failing model repaired (and the confirmation run passed) ·
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import os
 import sys
 
@@ -47,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-calls", type=int, metavar="N", help="replay at most N calls per model")
     confirm = parser.add_mutually_exclusive_group()
     confirm.add_argument("--confirm", action="store_true",
-                         help="run the diff's recorded command again with the recipe, when its script's sha256 "
-                              "matches the one the diff recorded")
+                         help="run the diff's recorded command again with the recipe: only for a diff you made on "
+                              "this machine, when its script's sha256 matches the one the diff recorded")
     confirm.add_argument("--confirm-with", nargs=argparse.REMAINDER, metavar="SCRIPT",
                          help="run this command (SCRIPT ARGS…, or -m MODULE ARGS…) again with the recipe; "
                               "the rest of the command line belongs to it")
@@ -81,10 +84,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"aipc fix: error: --simulator-modes: unknown mode(s) {', '.join(m for m in modes if m not in SIMULATOR_MODES)}; "
               f"expected some of {','.join(SIMULATOR_MODES)}", file=sys.stderr)
         return EXIT_USAGE
-    progress = None if args.quiet else (lambda stage: print(f"aipc fix: {stage}", file=sys.stderr, flush=True))
-    if args.confirm_with is not None and not args.confirm_with:
-        print("aipc fix: error: --confirm-with: expected SCRIPT [ARGS…] (or -m MODULE [ARGS…])", file=sys.stderr)
-        return EXIT_USAGE
+    progress = _progress(args.quiet)
+    if args.confirm_with is not None:
+        problem = _confirm_with_problem(args.confirm_with)
+        if problem:  # found before any work starts
+            print(f"aipc fix: error: --confirm-with: {problem}", file=sys.stderr)
+            return EXIT_USAGE
     confirm = args.confirm_with if args.confirm_with else (True if args.confirm else None)
     result = fix(directory, backends=args.backends.split(",") if args.backends else None, remedies=remedies,
                  output=args.output, max_calls=args.max_calls, try_all=args.try_all, confirm=confirm,
@@ -94,3 +99,28 @@ def main(args: argparse.Namespace) -> int:
     path = result.write_json(args.json or os.path.join(directory, "fix.json"))
     print(f"aipc fix: report written: {path}", file=sys.stderr)
     return result.exit_status
+
+
+def _progress(quiet: bool):
+    """Progress lines on stderr; with ``-q`` only the line that shows a confirmation command before
+    it runs."""
+    def say(stage: str) -> None:
+        if not quiet or stage.startswith("confirming"):
+            print(console_safe(f"aipc fix: {stage}"), file=sys.stderr, flush=True)
+    return say
+
+
+def _confirm_with_problem(command: list) -> str | None:
+    """Why ``--confirm-with COMMAND`` cannot run (no script, a script or top-level module that cannot
+    be found from here), or ``None``. Nothing is imported."""
+    if not command:
+        return "expected SCRIPT [ARGS…] (or -m MODULE [ARGS…])"
+    if command[0] == "-m":
+        if len(command) < 2 or not command[1]:
+            return "-m needs a module name (-m MODULE [ARGS…])"
+        top = command[1].split(".")[0]
+        found = importlib.machinery.PathFinder.find_spec(top, [os.getcwd(), *sys.path]) if top else None
+        return None if found is not None else f"no module named {command[1]!r} here"
+    if not os.path.isfile(command[0]):
+        return f"the script {command[0]!r} does not exist"
+    return None

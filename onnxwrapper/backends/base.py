@@ -35,7 +35,7 @@ import onnxruntime
 
 from onnxwrapper.backends._description import RUN_METHODS, ForeignIO, OrtSessionArgs, SessionDescription, SessionRequest
 from onnxwrapper.errors import BackendCapabilityError, BackendOptionError
-from onnxwrapper.kernel import ModelMetadataInfo
+from onnxwrapper.kernel import ModelMetadataInfo, quiet_ort_telemetry
 
 __all__ = [
     "Availability",
@@ -287,6 +287,9 @@ class Backend(abc.ABC):
         options: ``{key: OptionSpec}`` documented options; any other key is rejected.
         npu: True for backends that target an NPU (no silent CPU fallback is allowed for them).
         process_global_config: True when sessions with different configurations cannot coexist in one process.
+        received_options: names of options, beyond the common ones (``target``, ``precision``, …),
+            that a diff folder from elsewhere may set when ``aipc fix`` replays its runs: settings
+            that shape the numbers, never a path, a library or a limit (docs/security.md).
 
     Args:
         options: the user's ``backend_options`` dict (``None`` = defaults).
@@ -302,8 +305,10 @@ class Backend(abc.ABC):
     options: ClassVar[Mapping[str, OptionSpec]] = {}
     npu: ClassVar[bool] = False
     process_global_config: ClassVar[bool] = False
+    received_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        quiet_ort_telemetry()  # a backend is made per session: ORT's telemetry off, once (docs/security.md)
         self.config = self.validate_options(options or {})
 
     @classmethod

@@ -14,12 +14,13 @@ from typing import Callable, Iterable, Mapping
 
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._capture import (DEFAULT_MAX_BYTES, MANIFEST, MANIFEST_FORMAT, Capture, parse_size, read_capture,
-                                       read_manifest, relative_run, script_sha256, unused_stem, write_manifest)
+                                       read_manifest, received_options, relative_run, script_sha256, unused_stem,
+                                       write_manifest)
 from onnxwrapper.diff._judge import (NONE, STDOUT, DiffResult, as_tolerances, compare_captures, judge_app, judge_runs,
                                      needs_rerun)
 from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.diff._report import prewarm as prewarm_report
-from onnxwrapper.diff._runs import BackendRun, RunPlan, Target, parse_backends, run_child
+from onnxwrapper.diff._runs import BackendRun, RunPlan, Target, check_backend_options, parse_backends, run_child
 
 __all__ = ["run", "check", "compare", "default_directory", "report_paths"]
 
@@ -35,7 +36,8 @@ def report_paths(directory: str, check: bool = False) -> tuple[str, str]:
 
 
 def default_directory(base: str | None = None, command: str = "diff") -> str:
-    """``<base or cwd>/aipc-<command>-<UTC date-time>`` (made unique with a suffix when it exists).
+    """``<base or cwd>/aipc-<command>-<UTC date-time>`` (made unique with a suffix when the name is
+    taken, also by a symbolic link that points nowhere).
 
     The one rule of every aipc command that writes a run folder (``aipc diff``, ``aipc diff
     --model``, ``aipc run MODEL.onnx``, ``aipc capture``) when no folder is given: a new folder
@@ -48,7 +50,7 @@ def default_directory(base: str | None = None, command: str = "diff") -> str:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = os.path.join(base or os.getcwd(), f"aipc-{command}-{stamp}")
     candidate, n = path, 1
-    while os.path.exists(candidate):
+    while os.path.lexists(candidate):  # a dangling symbolic link is taken too: never written through
         n += 1
         candidate = f"{path}-{n}"
     return candidate
@@ -61,7 +63,7 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
         max_bytes: int | str = DEFAULT_MAX_BYTES, max_calls_per_model: int | None = None, cwd=None,
         env: Mapping[str, str] | None = None, progress: Callable | None = None,
         echo: Callable | None = None, compare_output: Iterable[str] = (STDOUT,), output_filter: str | None = None,
-        output_rtol: float | None = None, jobs: int | None = None) -> DiffResult:
+        output_rtol: float | None = None, jobs: int | None = None, script_digest: str | None = None) -> DiffResult:
     """Run a script (or module) once per backend, each in its own process, and compare with the reference.
 
     Args:
@@ -96,12 +98,16 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
             soon as the runs it needs have ended); ``None``: as many as this host has processors
             and memory for (:mod:`onnxwrapper.diff._runs._schedule`), ``1``: one after another. The
             results do not depend on it; each run keeps its own wall time.
+        script_digest: run the script only when its bytes have this hex sha256: each child checks
+            the very bytes it compiles and refuses other ones (``aipc fix --confirm``: a script
+            swapped after its digest was checked never runs).
 
     Returns:
         :class:`~onnxwrapper.diff.DiffResult` (``exit_status`` 0/1/2).
 
     Raises:
-        onnxwrapper.BackendNotFoundError, ValueError: bad backend list or arguments (usage errors).
+        onnxwrapper.BackendNotFoundError, onnxwrapper.BackendOptionError, ValueError: bad backend
+            list, options or arguments (usage errors, found before any child starts).
         FileNotFoundError: the script does not exist.
     """
     compare_output = _app_items(compare_output)
@@ -113,13 +119,14 @@ def run(target, args: Iterable[str] = (), *, module: bool = False, backends="cpu
     if unknown:
         raise ValueError(f"backend options given for {', '.join(sorted(unknown))}, which is not among the "
                          f"backends ({', '.join(labels)}).")
+    check_backend_options(labels, options)  # a bad option is an error before any child starts
     if not module and not os.path.isfile(os.path.join(cwd or "", os.fspath(target))):
         raise FileNotFoundError(f"script not found: {target}")
     max_bytes = parse_size(max_bytes)
     directory = os.path.abspath(directory or tempfile.mkdtemp(prefix="aipc-diff-"))
     os.makedirs(directory, exist_ok=True)
     tgt = Target(argv=(os.fspath(target), *map(str, args)), module=module,
-                 cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}))
+                 cwd=os.fspath(cwd) if cwd else None, env=dict(env or {}), sha256=script_digest)
     manifest = {"format": MANIFEST_FORMAT, "version": 1, "mode": "replay" if replay else "live",
                 "reference": reference, "backends": labels, "runs": {},
                 "target": {**tgt.to_dict(), "sha256": None if module else script_sha256(tgt.argv[0], tgt.cwd)},
@@ -181,6 +188,10 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         compare_output / output_filter / output_rtol: the app-level comparison (see :func:`run`);
             ``None`` = as the run was made (files can only be compared when the run copied them).
 
+    The runs' recorded backend options are an allow-list: paths, libraries and limits are never
+    taken from a folder (:func:`onnxwrapper.diff._capture.received_options`; a note names what was
+    dropped).
+
     Raises:
         FileNotFoundError: no ``diff.json`` there (a single capture is compared with :func:`compare`).
         MalformedFileError: a ``diff.json`` field of the wrong type, a run file outside the folder
@@ -193,14 +204,19 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
         hint = (" It is a single capture; compare two captures with onnxwrapper.diff.compare()."
                 if os.path.exists(os.path.join(directory, "capture.json")) else "")
         raise FileNotFoundError(f"{directory} is not an aipc diff directory (no {MANIFEST}).{hint}") from exc
-    runs = {}
+    runs, notes = {}, []
     for label, d in (manifest.get("runs") or {}).items():
         d = dict(d)
         for key in ("capture_dir", "stdout", "stderr"):
             if d.get(key):
                 d[key] = os.path.join(directory, d[key])
+        d["options"], dropped = _received_options(d["backend"], d.get("options") or {})
+        if dropped:
+            notes.append(f"{label}: backend options recorded in the folder and not used: {', '.join(dropped)} (a "
+                         f"folder never sets paths, libraries or limits; give your own: docs/security.md)")
         runs[label] = BackendRun(**{k: v for k, v in d.items() if k in BackendRun.__dataclass_fields__ and v is not None})
     result = judge_runs(directory, manifest, runs, as_tolerances(tolerances), progress)
+    result.notes += notes
     result.mode = "check"
     result.timings = dict((manifest.get("model_run") or {}).get("timings") or {})
     saved = manifest.get("app") or {}
@@ -211,6 +227,16 @@ def check(directory, *, tolerances=None, localize: bool = False, timeout: float 
     if localize:
         localize_failures(result, timeout=timeout, progress=progress)
     return result
+
+
+def _received_options(backend: str, options: Mapping) -> tuple[dict, list[str]]:
+    """The recorded ``options`` of a run of ``backend`` that a folder may set, and the names dropped
+    (:func:`onnxwrapper.diff._capture.received_options`; the backend class may allow more names)."""
+    try:
+        allowed = getattr(default_registry().get(backend), "received_options", ())
+    except Exception:  # noqa: BLE001 - an unknown or broken backend allows only the common names
+        allowed = ()
+    return received_options(options, allowed)
 
 
 def compare(reference, others: Mapping, *, tolerances=None, mode: str = "check") -> DiffResult:

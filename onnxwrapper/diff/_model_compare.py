@@ -24,7 +24,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from onnxwrapper._registry import default_registry
-from onnxwrapper.diff._capture import MANIFEST, CaptureWriter, TensorSet, read_tensors, relative_run, write_manifest
+from onnxwrapper.diff._capture import (MANIFEST, CaptureWriter, TensorSet, read_tensors, received_options, relative_run,
+                                       write_manifest)
 from onnxwrapper.diff._judge import NONE, DiffResult, as_tolerances, judge_app, judge_runs
 from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.diff._runs import BackendRun, ModelRuns, model_facts
@@ -105,7 +106,9 @@ def _write_golden(runs: ModelRuns, label: str, data: TensorSet, facts, notes: li
         notes.append(f"{label}: {where} holds no {', '.join(missing)}; not compared")
     meta = data.metadata or {}
     backend = str(meta.get("backend") or "golden")
-    options = dict(meta.get("backend_options") or {}) if meta.get("backend") else {"precision": "fp32"}
+    # a tensor file from elsewhere sets no path, library or limit of a run (docs/security.md)
+    options = (received_options(meta.get("backend_options") or {})[0] if isinstance(meta.get("backend_options"), dict)
+               else {}) if meta.get("backend") else {"precision": "fp32"}
     capture_dir = os.path.join(runs.directory, label)
     writer = CaptureWriter(capture_dir, store_models="none", background=False,
                            metadata={"mode": "golden", "source": os.path.abspath(where) if os.path.exists(where)

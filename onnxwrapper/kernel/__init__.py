@@ -16,6 +16,8 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   dtype maps :func:`ort_type_to_numpy` / :func:`numpy_to_ort_type`;
 * child processes — :func:`kill_process_tree` (POSIX process group, Windows ``taskkill /T``),
   :func:`new_session_kwargs`, :func:`crash_name` (signals and NTSTATUS codes by name);
+* files named from elsewhere — :func:`open_regular`, :func:`read_regular` (regular files only,
+  bounded: a FIFO, a device or a folder is :class:`NotRegularFileError`, never a hang);
 * the host — :func:`cpu_count`, :func:`available_memory` (sizing worker pools);
   :func:`host_architecture` / :class:`HostArchitecture` / :func:`normalize_arch` (the process's
   architecture vs the operating system's: an x64 Python emulated on ARM64 Windows);
@@ -36,7 +38,10 @@ Backends (``onnxwrapper.backends.*``, third-party plugins) import these names fr
   deleted) — :func:`replace_files` (all or nothing), :func:`remove_tree` (never half-deleted);
 * the compile cache — :class:`ArtifactCache`, :class:`CacheEntry`, :func:`make_key`,
   :func:`default_cache_dir` and its environment variables, :func:`prune_records` (bounded folders
-  of small record files next to it);
+  of small record files next to it), :func:`write_private_file` (how such a record is written:
+  ``0600``, atomically);
+* onnxruntime's telemetry — :func:`quiet_ort_telemetry` (off unless :data:`ENV_ORT_TELEMETRY` says
+  otherwise; called when a session is created), :func:`ort_telemetry_wanted`;
 * versions — ``__version__`` (onnxwrapper's).
 
 Importing it imports onnxruntime, onnx and numpy, nothing else; no I/O.
@@ -46,19 +51,21 @@ from __future__ import annotations
 
 from onnxwrapper.kernel._version import __version__
 from onnxwrapper.kernel.cache import (ArtifactCache, CacheEntry, ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES, FORMAT_VERSION,
-                                      default_cache_dir, make_key, prune_records, remove_tree, replace_files)
+                                      NotRegularFileError, default_cache_dir, make_key, open_regular, prune_records,
+                                      read_regular, remove_tree, replace_files, write_private_file)
 from onnxwrapper.kernel.host import (HostArchitecture, available_memory, cpu_count, crash_name, host_architecture,
                                      kill_process_tree, new_session_kwargs, normalize_arch)
 from onnxwrapper.kernel.model import (ModelMetadataInfo, ModelSource, NodeArgInfo, bind_inputs, control_scalars,
                                       dynamic_inputs, fold_ifs, has_control_flow, input_dims, is_static,
                                       modelmeta_from_onnx, node_args_from_onnx, record_digest, recorded_digest,
                                       shapes_note, specialize)
-from onnxwrapper.kernel.session import (NodeAssignment, NonFiniteInputCheck, NonFiniteInputWarning,
+from onnxwrapper.kernel.session import (ENV_ORT_TELEMETRY, NodeAssignment, NonFiniteInputCheck, NonFiniteInputWarning,
                                         PartialOffloadWarning, PartitionReport, RECORDED_METHODS,
                                         RecordingSessionOptions, RunPlans, assignment_not_enabled_error, call_key,
                                         check_input, check_output_names, check_providers, feed_signature,
                                         first_nonfinite, fix_free_dimensions, free_dimension_overrides, known_reason,
-                                        numpy_to_ort_type, ort_type_to_numpy, plannable, record_call, recorded_calls,
+                                        numpy_to_ort_type, ort_telemetry_wanted, ort_type_to_numpy, plannable,
+                                        quiet_ort_telemetry, record_call, recorded_calls,
                                         recorded_key, replay_calls, screened_plan, supplied_external_data,
                                         user_stacklevel, validate_feed, validate_ort_values)
 
@@ -67,6 +74,7 @@ __all__ = [
     "CacheEntry",
     "ENV_CACHE_DIR",
     "ENV_CACHE_MAX_BYTES",
+    "ENV_ORT_TELEMETRY",
     "FORMAT_VERSION",
     "HostArchitecture",
     "ModelMetadataInfo",
@@ -75,6 +83,7 @@ __all__ = [
     "NodeAssignment",
     "NonFiniteInputCheck",
     "NonFiniteInputWarning",
+    "NotRegularFileError",
     "PartialOffloadWarning",
     "PartitionReport",
     "RECORDED_METHODS",
@@ -110,9 +119,13 @@ __all__ = [
     "node_args_from_onnx",
     "normalize_arch",
     "numpy_to_ort_type",
+    "open_regular",
+    "ort_telemetry_wanted",
     "ort_type_to_numpy",
     "plannable",
     "prune_records",
+    "quiet_ort_telemetry",
+    "read_regular",
     "record_call",
     "record_digest",
     "recorded_calls",
@@ -128,4 +141,5 @@ __all__ = [
     "user_stacklevel",
     "validate_feed",
     "validate_ort_values",
+    "write_private_file",
 ]

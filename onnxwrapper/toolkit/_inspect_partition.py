@@ -244,7 +244,9 @@ def probe_partition(model: onnx.ModelProto, backend_options: Mapping[str, Any] |
     Raises:
         RuntimeError: the child failed (its stderr tail is in the message).
     """
-    cmd = [sys.executable, "-m", "onnxwrapper.toolkit._inspect_partition", json.dumps(dict(backend_options or {}))]
+    # -P (safe-path mode): the probe imports nothing from the working directory (docs/security.md)
+    cmd = [sys.executable, "-P", "-m", "onnxwrapper.toolkit._inspect_partition",
+           json.dumps(dict(backend_options or {}))]
     cmd += [os.path.abspath(path)] if path else []
     proc = subprocess.run(cmd, input=None if path else model.SerializeToString(), capture_output=True,
                           timeout=timeout, env=dict(os.environ, PYTHONUNBUFFERED="1"))

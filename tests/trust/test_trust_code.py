@@ -1,6 +1,7 @@
 """Trust boundary, code execution (docs/security.md): a model's file name or a received diff folder
 never runs code — ``--gen-script`` writes names as inert literals, and ``aipc fix`` runs only a
-command the user names, or the recorded one when its script is byte-for-byte the one the diff ran."""
+command the user names, or the recorded one of a folder made here when its script is byte-for-byte
+the one the diff ran (more cases: tests/redteam/test_redteam_confirm.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from onnxwrapper.repair.fix import _api as _fix
 from onnxwrapper.repair import ModelRecipe
 from onnxwrapper.repair.fix import fix
 from tests import models
-from tests.diff.test_diff_api import perturb_registered  # noqa: F401 (fixture)
+from tests.redteam.plugins import rtfix, rtfix_env  # noqa: F401 (fixture)
 from tests.test_diff_support import child_env, conv_project  # noqa: F401 (fixture)
 
 HOSTILE = 'x"""+__import__("os").system("touch pwned")+"""y.onnx'
@@ -48,14 +49,14 @@ def test_gen_script_of_a_hostile_model_name_runs_no_command(tmp_path, child_env)
 
 
 @pytest.fixture
-def received_diff(tmp_path, child_env, perturb_registered, monkeypatch):  # noqa: F811
-    """A failing diff (cpu vs perturb) whose diff.json was edited by its sender to name a hostile
-    script; the repair itself is stubbed (perturb takes no recipe) so that fix reaches its
-    confirmation step."""
+def received_diff(tmp_path, rtfix, monkeypatch):  # noqa: F811
+    """A failing diff (cpu vs rtfix: perturbed outputs) whose diff.json was edited by its sender to
+    name a hostile script; the repair itself is stubbed (rtfix ignores recipes) so that fix reaches
+    its confirmation step."""
     script = conv_project(tmp_path)
     d = tmp_path / "d"
-    env = {"PYTHONPATH": child_env["PYTHONPATH"]}
-    result = diff.run(script, backends="cpu,perturb", backend_options={"perturb": {"scale": 1e-2}}, directory=d,
+    env = {"PYTHONPATH": rtfix["PYTHONPATH"]}
+    result = diff.run(script, backends="cpu,rtfix", backend_options={"rtfix": {"scale": 1e-2}}, directory=d,
                       cwd=tmp_path, env=env)
     assert result.exit_status == 1
     manifest = json.loads((d / "diff.json").read_text())
@@ -68,7 +69,6 @@ def received_diff(tmp_path, child_env, perturb_registered, monkeypatch):  # noqa
     def stub_fix_model(mf, *args, **kwargs):
         mf.recipe = ModelRecipe(mf.sha256, cpu_subgraphs=(("conv",),))
 
-    monkeypatch.setattr(_fix, "_takes_repairs", lambda backend: True)
     monkeypatch.setattr(_fix, "_fix_model", stub_fix_model)
     return d, script, hostile, env
 
@@ -84,10 +84,10 @@ def test_fix_never_runs_the_script_a_received_diff_names(tmp_path, received_diff
     result = fix(d, localize=False, cwd=tmp_path, env=env)
     assert not (tmp_path / "PWNED").exists() and result.confirmation is None
     assert any("A diff folder never chooses what runs" in n for n in result.notes), result.notes
-    # --confirm: the recorded command only when the script has the recorded digest (forged here)
+    # --confirm: the recorded command only for a folder made here (its diff.json was edited: it is not)
     asked = fix(d, localize=False, cwd=tmp_path, env=env, confirm=True, output=tmp_path / "r2.json")
     assert not (tmp_path / "PWNED").exists() and asked.confirmation is None
-    assert any("differs from the one the diff ran" in n for n in asked.notes), asked.notes
+    assert any("not made on this machine by you" in n for n in asked.notes), asked.notes
 
 
 def test_fix_confirms_with_the_command_the_user_names(tmp_path, received_diff):
@@ -95,12 +95,12 @@ def test_fix_confirms_with_the_command_the_user_names(tmp_path, received_diff):
     result = fix(d, localize=False, cwd=tmp_path, env=env, confirm=[str(script)], output=tmp_path / "r.json")
     assert not (tmp_path / "PWNED").exists()
     assert result.confirmation is not None and any("named by you" in n for n in result.notes)
-    # the recorded command runs when its script is byte-for-byte the one recorded
+    # restoring the digest and the script by hand does not make the folder one made here
     manifest = json.loads((d / "diff.json").read_text())
     manifest["target"].update(argv=[str(script)], sha256=_fix_confirm_digest(script))
     (d / "diff.json").write_text(json.dumps(manifest))
     recorded = fix(d, localize=False, cwd=tmp_path, env=env, confirm="recorded", output=tmp_path / "r3.json")
-    assert recorded.confirmation is not None and any("sha256" in n and "checked" in n for n in recorded.notes)
+    assert recorded.confirmation is None and any("not made on this machine" in n for n in recorded.notes)
 
 
 def test_fix_cli_options_for_the_confirmation(tmp_path):

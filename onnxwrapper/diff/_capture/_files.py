@@ -85,9 +85,10 @@ def fmt_bytes(n: float) -> str:
 
 
 def unused_stem(base: str, suffixes: Sequence[str] = ("",)) -> str:
-    """``base``, else ``base-2``, ``base-3``, …: the first stem for which no ``stem + suffix`` exists."""
+    """``base``, else ``base-2``, ``base-3``, …: the first stem for which no ``stem + suffix`` exists
+    (a dangling symbolic link counts: nothing is written through one)."""
     stem, n = base, 1
-    while any(os.path.exists(stem + suffix) for suffix in suffixes):
+    while any(os.path.lexists(stem + suffix) for suffix in suffixes):
         n += 1
         stem = f"{base}-{n}"
     return stem

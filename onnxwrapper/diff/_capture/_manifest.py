@@ -2,8 +2,9 @@
 untrusted input (docs/security.md).
 
 A run writes the manifest as its runs end (:func:`write_manifest`, :func:`relative_run`), with the
-content digest of the script it ran (:func:`script_sha256`), which a confirmation run of ``aipc fix``
-checks before it runs the recorded command.
+content digest of the script it ran (:func:`script_sha256`), and records privately that this user
+wrote it on this machine (:mod:`onnxwrapper.diff._capture._local_record`): a confirmation run of
+``aipc fix --confirm`` needs both before it runs the recorded command.
 
 A diff folder may come from another machine ("send me your diff"). :func:`read_manifest` checks
 every field ``aipc diff --check`` and ``aipc fix`` use before they use it: the runs (their files
@@ -22,6 +23,7 @@ import os
 import re
 from typing import Any
 
+from onnxwrapper.diff._capture._local_record import record_manifest
 from onnxwrapper.diff._capture._untrusted import inside, load_json, malformed, need, need_dict, need_list, need_str, optional
 
 try:  # Python >= 3.11 names it re._parser; sre_parse is its deprecated alias
@@ -45,11 +47,15 @@ _REPEATS = {_sre_parse.MAX_REPEAT, _sre_parse.MIN_REPEAT, getattr(_sre_parse, "P
 
 
 def write_manifest(directory: str, doc: dict) -> None:
-    """Write ``doc`` as ``directory/diff.json`` (through a temporary file and a rename)."""
+    """Write ``doc`` as ``directory/diff.json`` (through a temporary file and a rename), and record
+    privately that this user wrote it here (:mod:`onnxwrapper.diff._capture._local_record`: what
+    ``aipc fix --confirm`` asks before it runs a recorded command)."""
+    data = json.dumps(doc, indent=1, default=str).encode("utf-8")
     tmp = os.path.join(directory, MANIFEST + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1, default=str)
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, os.path.join(directory, MANIFEST))
+    record_manifest(directory, data, doc)
 
 
 def relative_run(run, directory: str) -> dict:

@@ -5,9 +5,16 @@ terabytes, and a truncated ZIP raises ``zipfile.BadZipFile`` deep inside. Files 
 (tensor files, captures: docs/security.md) are read here instead. An array is allocated only when
 its header (format 1.0–3.0, at most 10 kB, no object dtype: nothing is ever unpickled) declares no
 more bytes than the member holds; a compressed member may not claim more than DEFLATE's largest
-ratio (1032:1) of its compressed size. Every problem is a
+ratio (1032:1) of its compressed size. An array stored in the other byte order (a big-endian
+``.npy`` on a little-endian host) is converted to the host's order — its values kept, never
+reinterpreted: onnxruntime reads a tensor's buffer in the host's order whatever the numpy dtype
+says (measured: ``[1.0, 2.0]`` as ``>f4`` fed to an ``Identity`` model comes back as
+``[4.6e-41, 9.0e-44]``). A ``.npz`` holding two members of one name (a ZIP may; ``numpy.load``
+silently gives the last, a reader that stops at the first gives another tensor) is refused. Only a
+regular file is opened (a FIFO or a device never blocks). Every problem is a
 :class:`~onnxwrapper.errors.MalformedFileError` naming the file, the member and what was expected.
-The result is what ``numpy.load(path, allow_pickle=False)`` returns for a well-formed file.
+The result is what ``numpy.load(path, allow_pickle=False)`` returns for a well-formed file, in the
+host's byte order.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from typing import IO
 import numpy as np
 from numpy.lib import format as npformat
 
-from onnxwrapper.diff._capture._untrusted import malformed
+from onnxwrapper.diff._capture._untrusted import malformed, open_untrusted
 from onnxwrapper.errors import MalformedFileError
 
 __all__ = ["read_npy", "read_npy_bytes", "BoundedNpz"]
@@ -33,7 +40,8 @@ _READ_ERRORS = (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error, N
 
 
 def read_npy(fp: IO[bytes], size: int, path, entry: str | None = None) -> np.ndarray:
-    """The array of the ``.npy`` stream ``fp`` that holds ``size`` bytes in all (header included).
+    """The array of the ``.npy`` stream ``fp`` that holds ``size`` bytes in all (header included),
+    in the host's byte order.
 
     Raises:
         MalformedFileError: not a ``.npy`` stream, an object dtype, a declared shape of more bytes
@@ -73,7 +81,19 @@ def read_npy(fp: IO[bytes], size: int, path, entry: str | None = None) -> np.nda
                             "an intact array") from exc
         if got != need:
             raise malformed(path, entry, f"the data ends after {got} of {need} bytes", "an intact array")
-    return array
+    return _native(array)
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    """``array`` with the same values in the host's byte order (fields of a structured dtype too)."""
+    native = array.dtype.newbyteorder("=") if array.dtype.fields is None else _native_dtype(array.dtype)
+    return array if native == array.dtype else array.astype(native)
+
+
+def _native_dtype(dtype: np.dtype) -> np.dtype:
+    fields = [(name, _native_dtype(dtype.fields[name][0]) if dtype.fields[name][0].fields else
+               dtype.fields[name][0].newbyteorder("=")) for name in dtype.names]
+    return np.dtype(fields)
 
 
 def _read_into(fp: IO[bytes], view: memoryview) -> int:
@@ -93,23 +113,28 @@ class BoundedNpz:
     ``numpy.load``'s ``NpzFile.files``); ``npz[key]`` reads one array.
 
     Raises:
-        FileNotFoundError: no such file. MalformedFileError: not a ZIP file (truncated, another
-            format), or a member that is not a bounded ``.npy`` array.
+        FileNotFoundError: no such file. MalformedFileError: not a regular file, not a ZIP file
+            (truncated, another format), two members of one name, or a member that is not a
+            bounded ``.npy`` array.
     """
 
     def __init__(self, path) -> None:
         self.path = os.fspath(path)
+        self._file = open_untrusted(self.path, None, None, "a .npz file (a regular file)")
         try:
-            self._zip = zipfile.ZipFile(self.path)
-        except FileNotFoundError:
-            raise
+            self._zip = zipfile.ZipFile(self._file)
         except _READ_ERRORS as exc:
+            self._file.close()
             raise malformed(self.path, None, f"not a readable .npz (ZIP) file ({exc})",
                             "a .npz file as numpy.savez or aipc --save-outputs writes it") from exc
         self._members = {}
         for info in self._zip.infolist():
             key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
-            self._members.setdefault(key, info)
+            if key in self._members:
+                self.close()
+                raise malformed(self.path, key, "two members of this name (numpy.load reads the last one, other "
+                                "readers the first)", "one member per name")
+            self._members[key] = info
         self.files = list(self._members)
 
     def __enter__(self) -> "BoundedNpz":
@@ -121,6 +146,7 @@ class BoundedNpz:
     def close(self) -> None:
         """Close the ZIP file."""
         self._zip.close()
+        self._file.close()
 
     def __contains__(self, key: str) -> bool:
         return key in self._members

@@ -17,6 +17,7 @@ up to :data:`~onnxwrapper.diff._capture._writer.FORMAT_VERSION` and ignore unkno
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from onnxwrapper.diff._capture._writer import FORMAT, FORMAT_VERSION
 from onnxwrapper.diff._capture._values import sha256_file
 from onnxwrapper.diff._capture._npy_bounded import BoundedNpz
 from onnxwrapper.diff._capture._untrusted import (dim, inside, load_json, malformed, need, need_dict, need_int, need_list,
-                                         need_str, optional)
+                                                  need_str, open_untrusted, optional)
 from onnxwrapper.errors import MalformedFileError
 
 __all__ = ["CaptureFormatError", "TensorSpec", "ModelInfo", "SessionInfo", "Call", "Capture", "read_capture"]
@@ -263,7 +264,8 @@ def read_capture(directory) -> Capture:
         calls = []
         calls_path = inside(directory, header.get("calls_file") or "calls.jsonl", header_path, "calls_file")
         if os.path.exists(calls_path):
-            with open(calls_path, encoding="utf-8", errors="replace") as f:
+            with io.TextIOWrapper(open_untrusted(calls_path, "calls_file", None, "the capture's calls.jsonl (a regular "
+                                                 "file)"), encoding="utf-8", errors="replace") as f:
                 for number, line in enumerate(f, 1):
                     try:
                         rec = json.loads(line)

@@ -40,7 +40,8 @@ import numpy as np
 from onnxwrapper.diff._capture._reader import CaptureFormatError, read_capture
 from onnxwrapper.diff._capture._files import write_npz
 from onnxwrapper.diff._capture._npy_bounded import BoundedNpz, read_npy, read_npy_bytes
-from onnxwrapper.diff._capture._untrusted import load_json, malformed, need_dict, need_int, need_list, need_str, optional
+from onnxwrapper.diff._capture._untrusted import (load_json, malformed, need_dict, need_int, need_list, need_str,
+                                                  open_untrusted, optional)
 from onnxwrapper.errors import MalformedFileError
 from onnxwrapper.kernel import ort_type_to_numpy
 
@@ -219,7 +220,7 @@ def _read_npz(path: str, role: str) -> TensorSet:
 
 
 def _one_array(path: str, role: str, specs: Sequence | None) -> TensorSet:
-    with open(path, "rb") as f:
+    with open_untrusted(path, None, None, "a .npy file (a regular file)") as f:
         arr = read_npy(f, os.fstat(f.fileno()).st_size, path)
     names = [s.name for s in specs or ()]
     if len(names) != 1:

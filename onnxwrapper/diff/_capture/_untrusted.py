@@ -14,9 +14,10 @@ import os
 from typing import Any, Callable
 
 from onnxwrapper.errors import MalformedFileError
+from onnxwrapper.kernel import NotRegularFileError, open_regular, read_regular
 
 __all__ = ["malformed", "need", "need_int", "need_str", "need_list", "need_dict", "optional", "dim",
-           "inside", "load_json", "MAX_JSON_BYTES"]
+           "inside", "load_json", "open_untrusted", "MAX_JSON_BYTES"]
 
 #: largest JSON document read (a header, a manifest, a tensor file in JSON): larger is refused
 #: before parsing (tensors that large belong in .npz files).
@@ -107,19 +108,33 @@ def inside(directory: str, relative: Any, path, entry: str) -> str:
     return full
 
 
-def load_json(path, entry: str | None = None) -> Any:
-    """Parse the JSON file at ``path`` (at most :data:`MAX_JSON_BYTES`).
+def open_untrusted(path, entry: str | None = None, max_bytes: int | None = None, expected: str = "a regular file"):
+    """Open a file of a folder or an argument from elsewhere for reading (binary): a regular file of
+    at most ``max_bytes`` (:func:`onnxwrapper.kernel.open_regular`: a FIFO, a device or a folder
+    never blocks or streams forever).
 
     Raises:
-        FileNotFoundError: no such file. MalformedFileError: too large, not UTF-8, not JSON, or
-        nested too deeply.
+        FileNotFoundError: no such file. MalformedFileError: not a regular file, or too large.
+    """
+    try:
+        return open_regular(path, max_bytes)
+    except NotRegularFileError as exc:
+        raise malformed(path, entry, exc.strerror, expected) from exc
+
+
+def load_json(path, entry: str | None = None) -> Any:
+    """Parse the JSON file at ``path`` (a regular file of at most :data:`MAX_JSON_BYTES`).
+
+    Raises:
+        FileNotFoundError: no such file. MalformedFileError: not a regular file (a FIFO, a device,
+        a folder), too large, not UTF-8, not JSON, or nested too deeply.
     """
     path = os.fspath(path)
-    with open(path, "rb") as f:
-        too_big = os.fstat(f.fileno()).st_size > MAX_JSON_BYTES
-        data = b"" if too_big else f.read()
-    if too_big:
-        raise malformed(path, entry, f"larger than {MAX_JSON_BYTES >> 20} MiB", "a JSON document of at most that size")
+    try:
+        data = read_regular(path, MAX_JSON_BYTES)
+    except NotRegularFileError as exc:
+        raise malformed(path, entry, exc.strerror, f"a JSON document (a regular file of at most "
+                                                   f"{MAX_JSON_BYTES >> 20} MiB)") from exc
     try:
         return json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:

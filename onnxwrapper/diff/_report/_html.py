@@ -48,7 +48,7 @@ def _e(text) -> str:
 
 
 def _read_text(path, limit: int = _STDOUT_CHARS) -> str:
-    if not path or not os.path.exists(path):
+    if not path or not os.path.isfile(path):  # a FIFO in a received folder must not block the report
         return ""
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from onnxwrapper.diff._runs._backend_run import BackendRun
 from onnxwrapper.diff._runs._batched import batch_runner, device_notes, replay_batch, write_device_profiles
-from onnxwrapper.diff._runs._child_env import child_environment
-from onnxwrapper.diff._runs._labels import parse_backends
+from onnxwrapper.diff._runs._child_env import child_cwd, child_environment, module_command
+from onnxwrapper.diff._runs._labels import check_backend_options, parse_backends
 from onnxwrapper.diff._runs._model_child import serve_model_request
 from onnxwrapper.diff._runs._model_inputs import ModelInputs, generate_inputs, load_data_loader, load_inputs, model_facts
 from onnxwrapper.diff._runs._model_run import ModelRuns, Timing, run_model, timing_lines
@@ -25,8 +25,10 @@ from onnxwrapper.diff._runs._schedule import default_jobs, estimate_run_memory
 from onnxwrapper.diff._runs._status import read_status, write_status
 
 __all__ = [
-    "BackendRun", "ModelInputs", "ModelRuns", "RunPlan", "Target", "Timing", "batch_runner", "child_environment",
-    "crash_name", "default_jobs", "device_notes", "estimate_run_memory", "generate_inputs", "kill_child", "load_data_loader",
-    "load_inputs", "log_tail", "model_facts", "parse_backends", "read_status", "replay_batch", "run_child", "run_model",
-    "serve_model_request", "timing_lines", "write_device_profiles", "write_status",
+    "BackendRun", "ModelInputs", "ModelRuns", "RunPlan", "Target", "Timing", "batch_runner", "check_backend_options",
+    "child_cwd",
+    "child_environment", "crash_name", "default_jobs", "device_notes", "estimate_run_memory", "generate_inputs",
+    "kill_child", "load_data_loader", "load_inputs", "log_tail", "model_facts", "module_command", "parse_backends",
+    "read_status", "replay_batch", "run_child", "run_model", "serve_model_request", "timing_lines",
+    "write_device_profiles", "write_status",
 ]

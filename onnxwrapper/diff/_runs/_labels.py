@@ -9,16 +9,20 @@ characters are invalid in names, a name may not end in a dot or a space, and ``C
 that works as a folder name everywhere — and says what to write instead. Two labels of one diff
 may not differ only in case: Windows and macOS file systems are case-insensitive by default, so
 ``Q=qnn`` and ``q=qnn`` would be one folder.
+
+:func:`check_backend_options` validates each run's options in the parent, before any child starts:
+a bad option (an unreadable recipe, a cache others can write, a typo) is a usage error at once, not
+a failed run after the others ran.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from onnxwrapper._registry import default_registry
 
-__all__ = ["LABEL_PATTERN", "check_label", "parse_backends"]
+__all__ = ["LABEL_PATTERN", "check_backend_options", "check_label", "parse_backends"]
 
 LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
 _DEVICES = {"con", "prn", "aux", "nul"} | {f"com{i}" for i in range(1, 10)} | {f"lpt{i}" for i in range(1, 10)}
@@ -72,3 +76,15 @@ def parse_backends(spec: Iterable[str] | str) -> dict[str, str]:
     if not result:
         raise ValueError("no backend given (expected e.g. 'cpu,qnn').")
     return result
+
+
+def check_backend_options(labels: Mapping[str, str], options: Mapping[str, Mapping]) -> None:
+    """Validate the options of each run (``{label: backend}``, ``{label: options}``) with its
+    backend's option table, in this process, before any child starts.
+
+    Raises:
+        onnxwrapper.BackendOptionError: an unknown option or a bad value (a recipe that cannot be
+            used, a cache directory another user could write, …), naming the backend.
+    """
+    for label, backend in labels.items():
+        default_registry().get(backend).validate_options(dict(options.get(label) or {}))

@@ -26,7 +26,7 @@ from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._capture import (MANIFEST_FORMAT, CaptureFormatError, read_capture, relative_run, save_tensors,
                                        write_manifest)
 from onnxwrapper.diff._runs._backend_run import BackendRun
-from onnxwrapper.diff._runs._labels import parse_backends
+from onnxwrapper.diff._runs._labels import check_backend_options, parse_backends
 from onnxwrapper.diff._runs._model_inputs import ModelInputs, check_inputs, generate_inputs, model_facts
 from onnxwrapper.diff._runs._orchestrate import run_child
 from onnxwrapper.diff._runs._status import read_status
@@ -258,8 +258,9 @@ def run_model(model, inputs: ModelInputs | Sequence[Mapping[str, Any]] | None = 
         :class:`ModelRuns`; never raises for a failing backend (its run says why).
 
     Raises:
-        FileNotFoundError: no such model. ValueError / onnxwrapper.BackendNotFoundError: bad
-            arguments (unknown backend, inputs that do not fit the model, ``warm_up`` < 0).
+        FileNotFoundError: no such model. ValueError / onnxwrapper.BackendNotFoundError /
+            onnxwrapper.BackendOptionError: bad arguments (unknown backend, a bad option, inputs that
+            do not fit the model, ``warm_up`` < 0), found before any run starts.
     """
     if warm_up < 0:
         raise ValueError(f"warm_up must be >= 0, got {warm_up}")
@@ -279,6 +280,7 @@ def run_model(model, inputs: ModelInputs | Sequence[Mapping[str, Any]] | None = 
     if unknown:
         raise ValueError(f"backend options given for {', '.join(sorted(unknown))}, which is not among the backends "
                          f"({', '.join(labels)})")
+    check_backend_options(labels, options)  # a bad option is an error before any child starts
     directory = os.path.abspath(os.fspath(directory) if directory else tempfile.mkdtemp(prefix="aipc-model-"))
     os.makedirs(directory, exist_ok=True)
     inputs_path = save_tensors(os.path.join(directory, INPUTS_FILE), inputs.iterations,

@@ -1,7 +1,8 @@
 """Running: one child process per backend run (QNN configuration is process-global, and a native
 crash of one backend must not take the others' results with it).
 
-Each child is ``python -m aipc_loader._diff_child`` with its stdout/stderr written to
+Each child is ``python -P -m aipc_loader._diff_child`` (safe-path mode, started in its own run folder
+except for a live run of the script: :mod:`onnxwrapper.diff._runs._child_env`) with its stdout/stderr written to
 ``<capture dir>/stdout.txt`` and ``stderr.txt``; its outcome is read from ``status.json`` and its
 return code. A negative return code is a signal (POSIX; on Windows an NTSTATUS crash code such as
 0xC0000005, named: ``ACCESS_VIOLATION (0xC0000005)``): the run is reported as ``crashed`` with the
@@ -26,12 +27,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
 from onnxwrapper.diff._runs._backend_run import BackendRun
-from onnxwrapper.diff._runs._child_env import child_environment
+from onnxwrapper.diff._runs._child_env import child_cwd, child_environment, module_command
 from onnxwrapper.diff._runs._status import read_status
 from onnxwrapper.kernel import crash_name as process_crash_name
 from onnxwrapper.kernel import kill_process_tree, new_session_kwargs
@@ -45,12 +45,15 @@ _CAUSE_CHARS = 300
 @dataclass(frozen=True)
 class Target:
     """What to run: ``argv[0]`` is a script path (or a module name when ``module``), the rest its
-    arguments; ``cwd`` the working directory (default: the caller's)."""
+    arguments; ``cwd`` the working directory (default: the caller's); ``sha256``: when set, the
+    script must have this content digest — each child checks the very bytes it runs, and refuses
+    to run other ones (a script swapped after ``aipc fix --confirm`` checked it)."""
 
     argv: tuple
     module: bool = False
     cwd: str | None = None
     env: dict = field(default_factory=dict)
+    sha256: str | None = None
 
     def to_dict(self) -> dict:
         """``argv``, ``module`` and ``cwd`` as JSON-ready data (the manifest's ``target``; not ``env``)."""
@@ -193,9 +196,11 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
         A :class:`~onnxwrapper.diff.BackendRun`; never raises for a failing child.
     """
     options = dict(options or {})
+    directory = os.path.abspath(directory)  # the child runs in it: every path it gets is absolute
     os.makedirs(directory, exist_ok=True)
-    cmd = [sys.executable, "-m", "aipc_loader._diff_child", "--backend", backend, "--capture", directory,
-           "--backend-options", json.dumps(options)]
+    expose, model_request, replay, only = (os.path.abspath(p) if p else p for p in (expose, model_request, replay, only))
+    cmd = module_command("aipc_loader._diff_child", "--backend", backend, "--capture", directory,
+                         "--backend-options", json.dumps(options))
     if max_bytes is not None:
         cmd += ["--max-bytes", str(int(max_bytes))]
     if max_calls_per_model is not None:
@@ -209,17 +214,19 @@ def run_child(backend: str, options: dict | None, directory: str, *, target: Tar
     elif replay:
         cmd += ["--replay", replay] + (["--only", only] if only else [])
     elif target is not None:
+        cmd += (["--sha256", target.sha256] if target.sha256 and not target.module else [])
         cmd += (["-m"] if target.module else []) + ["--", *map(str, target.argv)]
     child_env = child_environment(env, target.env if target else None)
     out_path, err_path = os.path.join(directory, "stdout.txt"), os.path.join(directory, "stderr.txt")
     run = BackendRun(backend=backend, options=options, capture_dir=directory, stdout=out_path, stderr=err_path)
+    live = target is not None and not (expose or model_request or replay)
     cwd = target.cwd if target else None
     before = {name: _file_state(os.path.join(cwd or os.getcwd(), name)) for name in files}
     start = time.perf_counter()
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
             proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=(target.cwd if target else None), env=child_env, **new_session_kwargs())
+                                    cwd=child_cwd(directory, cwd, live=live), env=child_env, **new_session_kwargs())
         except OSError as exc:
             run.status, run.returncode, run.message = "error", None, f"could not start the child process: {exc}"
             return run

@@ -9,7 +9,10 @@ manage cache files themselves. Properties:
 * **Keys** are hex sha256 digests of everything that determines the artifact
   (:func:`make_key`); an entry is the directory ``<root>/entries/<key>/``.
 * **Atomic writes**: an entry is built in the ``tmp`` folder of the cache root (``<key>.<pid>.<random>``) and moved into
-  place with one ``os.replace``; readers never see half-written entries.
+  place with one ``os.replace``; readers never see half-written entries. It is published only when
+  complete: its files flushed to the disk (a write to a full disk fails there, not later), the
+  builder's own check passed, the manifest written (:mod:`onnxwrapper.kernel.cache._cache_build`);
+  otherwise nothing is left and the next request builds again.
 * **One builder per key across processes**: a ``filelock.FileLock`` on ``<root>/locks/<key>.lock``
   is held while an entry is checked, built or removed, so N processes asking for the same
   missing key build it once; the others wait and then hit (``fcntl``/``msvcrt`` locks are
@@ -44,6 +47,10 @@ manage cache files themselves. Properties:
   (``0700``/``0600``) whatever the umask; no symbolic link inside it is followed; a hit of the QNN
   backend is served only when the entry's provenance record matches the session
   (:mod:`onnxwrapper.kernel.cache._cache_safety`, docs/security.md).
+* **Damage**: a folder of the cache (``entries``, ``locks``, ``tmp``, …) that is something else (a
+  file, a link) is replaced, with a WARNING; an entry moved or removed while it is loaded gives an
+  :class:`~onnxwrapper.errors.ArtifactError` (:meth:`ArtifactCache.loading`), never a traceback of
+  another library.
 
 Limits: on network file systems without working ``flock`` the single-builder guarantee is lost
 (entries stay consistent because of the atomic rename).
@@ -61,16 +68,16 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel.cache._cache_build import Builder, CacheBuild, Verifier
 from onnxwrapper.kernel.cache._cache_entry import (CacheEntry, DEFAULT_MAX_BYTES, ENV_CACHE_DIR, ENV_CACHE_MAX_BYTES,
-                                                   FORMAT_VERSION, MANIFEST, RACY_SECONDS, STAMP, _checksums,
-                                                   _list_files, _sha256_file, crc32_file, default_cache_dir, make_key)
+                                                   FORMAT_VERSION, MANIFEST, RACY_SECONDS, STAMP, _sha256_file,
+                                                   crc32_file, default_cache_dir, make_key)
 from onnxwrapper.kernel.cache._cache_eviction import CacheEviction
-from onnxwrapper.kernel.cache._cache_safety import (check_root, is_plain_dir, make_private, private_makedirs,
-                                                    regular_stat, touch_stamp)
-from onnxwrapper.kernel.cache._files_in_use import detach_entry, remove_tree
+from onnxwrapper.kernel.cache._cache_safety import check_root, is_plain_dir, private_makedirs, regular_stat, touch_stamp
+from onnxwrapper.kernel.cache._files_in_use import remove_tree
 
 __all__ = ["ENV_CACHE_DIR", "ENV_CACHE_MAX_BYTES", "FORMAT_VERSION", "CacheEntry", "ArtifactCache",
            "default_cache_dir", "make_key"]
@@ -83,7 +90,7 @@ class _ReadOnlyCache(Exception):
     """The cache root cannot be written (its lock files cannot be created)."""
 
 
-class ArtifactCache(CacheEviction):
+class ArtifactCache(CacheBuild, CacheEviction):
     """A directory of content-addressed entries (see the module docstring).
 
     Args:
@@ -140,12 +147,13 @@ class ArtifactCache(CacheEviction):
             if exc.errno in _READ_ONLY_ERRNOS:
                 raise _ReadOnlyCache(str(exc)) from exc
             raise ArtifactError(f"The compile cache {self.root} is not usable ({exc}). Point the backend option "
-                                f"'cache_dir' or ${ENV_CACHE_DIR} to a writable directory.", path=self.root) from exc
+                                f"'cache_dir' or ${ENV_CACHE_DIR} to a writable directory.", path=self.root,
+                                transient=True) from exc
         except filelock.Timeout as exc:
             raise ArtifactError(f"Timed out after {self.lock_timeout:.0f} s waiting for the cache lock of entry "
                                 f"{key[:16]}… in {self.root}; another process may be stuck compiling it. "
                                 f"Remove {lock.lock_file} if no such process exists.",
-                                path=self.entry_dir(key)) from exc
+                                path=self.entry_dir(key), transient=True) from exc
         try:
             yield
         finally:
@@ -270,7 +278,7 @@ class ArtifactCache(CacheEviction):
             return None
         return self._used(entry)
 
-    def store(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry | None:
+    def store(self, key: str, build: Builder, verify: Verifier | None = None) -> CacheEntry | None:
         """:meth:`get_or_create` for records that only save later work: in a read-only cache nothing
         is stored or said (``None``), and no eviction runs after the build.
 
@@ -279,7 +287,7 @@ class ArtifactCache(CacheEviction):
         """
         try:
             with self.hold(key):
-                return self._used(self._read_verified(key)) or self._build(key, build)
+                return self._used(self._read_verified(key)) or self._build(key, build, verify)
         except _ReadOnlyCache:
             return None
 
@@ -298,7 +306,7 @@ class ArtifactCache(CacheEviction):
         return scratch
 
     # -- writing ---------------------------------------------------------------------------------
-    def get_or_create(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
+    def get_or_create(self, key: str, build: Builder, verify: Verifier | None = None) -> CacheEntry:
         """Return entry ``key``, building it with ``build`` if it is missing or corrupt.
 
         Args:
@@ -306,64 +314,30 @@ class ArtifactCache(CacheEviction):
             build: ``build(directory) -> meta`` writes the artifact files into the empty temporary
                 ``directory`` and returns JSON-serializable metadata (or ``None``). It runs with
                 the key's inter-process lock held, at most once per key across processes.
+            verify: ``verify(directory, meta)``, called once the files are on the disk and before
+                the entry is published; it raises when they are no complete artifact (e.g. a file
+                cut short by a full disk). ``None``: no check beyond the cache's own.
 
         Returns:
             The entry; ``hit`` is False when this call built it.
 
         Raises:
             Whatever ``build`` raises (the temporary directory is removed); ArtifactError on lock
-            timeout or when the built entry cannot be moved into place.
+            timeout, when a file cannot be written back to the disk, when ``verify`` refuses the
+            files (no entry is left in these cases), or when the built entry cannot be moved into
+            place.
         """
         try:
             with self.hold(key):
                 entry = self._used(self._read_verified(key))
                 if entry is not None:
                     return entry
-                entry = self._build(key, build)
+                entry = self._build(key, build, verify)
         except _ReadOnlyCache:
-            return self._read_verified(key, repair=False) or self._scratch().get_or_create(key, build)
+            return self._read_verified(key, repair=False) or self._scratch().get_or_create(key, build, verify)
         if self.max_bytes:
             self.prune(keep=(key,))
         return entry
-
-    def _build(self, key: str, build: Callable[[str], Mapping[str, Any] | None]) -> CacheEntry:
-        tmp_root = os.path.join(self.root, "tmp")
-        private_makedirs(tmp_root)
-        tmp = os.path.join(tmp_root, f"{key[:32]}.{os.getpid()}.{os.urandom(4).hex()}")
-        os.makedirs(tmp, mode=0o700)
-        start = time.perf_counter()
-        try:
-            meta = dict(build(tmp) or {})
-            seconds = time.perf_counter() - start
-            files = {}
-            for name, path in sorted(_list_files(tmp).items()):
-                sha256, crc32 = _checksums(path)
-                files[name] = {"size": os.path.getsize(path), "sha256": sha256, "crc32": crc32}
-            created = time.time()
-            manifest = {"format": FORMAT_VERSION, "key": key, "created": created, "build_seconds": seconds,
-                        "files": files, "meta": meta}
-            with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
-                json.dump(manifest, f, indent=1, sort_keys=True, default=str)
-            self._touch(tmp)
-            make_private(tmp)  # 0700 folders, 0600 files, whatever the umask
-            final = self.entry_dir(key)
-            private_makedirs(os.path.dirname(final))
-            in_use = os.path.exists(final) and not self._remove_dir(final)  # a corrupt entry still in use
-            try:
-                if not in_use:
-                    os.replace(tmp, final)
-            except PermissionError:  # it came back and is in use (Windows)
-                in_use = True
-            except OSError as exc:
-                raise ArtifactError(f"Could not move the new cache entry into {final}: {exc}", path=final) from exc
-            if in_use:
-                final = detach_entry(os.path.join(self.root, "tmp"), key, tmp)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        _log.info("onnxwrapper cache: built entry %s (%d files, %.1f MB) in %.2f s", key[:16], len(files),
-                  sum(i["size"] for i in files.values()) / 1e6, seconds)
-        return CacheEntry(key, final, {n: i["size"] for n, i in files.items()}, meta, created, False, seconds)
 
     # -- maintenance -----------------------------------------------------------------------------
     def _remove_dir(self, directory: str) -> bool:

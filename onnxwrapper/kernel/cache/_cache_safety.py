@@ -14,11 +14,15 @@ or record a false digest hint. So:
 * **No symbolic link is followed inside it**: entry folders and files must be what they claim
   (:func:`is_plain_dir`, :func:`regular_stat`), and the ``.last_used`` stamp is touched without
   following a link (:func:`touch_stamp`; a planted link is removed).
+* **Small records next to the entries** (digest hints ``digests/``, the plugin index ``plugins/``,
+  the records of diff folders made here ``diff-folders/``) are written by :func:`write_private_file`:
+  ``0700`` folders, a ``0600`` file created new (never through a link) and renamed into place.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 import threading
@@ -26,9 +30,10 @@ import threading
 from onnxwrapper.errors import ArtifactError
 
 __all__ = ["root_problem", "check_root", "private_makedirs", "make_private", "is_plain_dir", "regular_stat",
-           "touch_stamp"]
+           "touch_stamp", "write_private_file"]
 
 _POSIX = os.name == "posix"
+_log = logging.getLogger("onnxwrapper.cache")
 _checked: dict[tuple, str | None] = {}
 _lock = threading.Lock()
 
@@ -77,7 +82,20 @@ def check_root(root: str) -> None:
 
 def private_makedirs(path: str) -> None:
     """``os.makedirs(path, exist_ok=True)`` with every folder it creates set to ``0700`` (whatever
-    the umask)."""
+    the umask). A file, a symbolic link or anything else that is not a folder at ``path`` itself (a
+    folder of the cache such as ``entries``, damaged or planted) is removed first, with a WARNING:
+    the cache's own names are never followed or left in the way.
+
+    Raises:
+        OSError: a folder cannot be created (permissions, a file in place of a parent folder).
+    """
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            _log.warning("onnxwrapper cache: %s is not a folder (mode %o); replacing it with one", path, st.st_mode)
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
     missing = []
     probe = os.path.abspath(path)
     while not os.path.isdir(probe):
@@ -154,3 +172,35 @@ def touch_stamp(path: str) -> None:
             os.close(fd)
         return
 
+
+
+def write_private_file(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and privately: its missing folders ``0700``
+    (:func:`private_makedirs`), the file ``0600`` whatever the umask, created new under a temporary
+    name (``O_EXCL | O_NOFOLLOW``: never through a planted link), flushed to disk, then renamed.
+
+    Raises:
+        OSError: it cannot be written (nothing is left behind).
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    private_makedirs(folder)
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(tmp, flags, 0o600)
+    try:
+        try:
+            if _POSIX:
+                os.fchmod(fd, 0o600)  # the umask may have taken bits away; never adds any
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise

@@ -59,7 +59,7 @@ def replace_files(moves: Sequence[tuple[str, str]]) -> None:
             os.replace(backup, target)
         raise ArtifactError(f"Cannot replace {failed}: {IN_USE_HINT}. Nothing was replaced. Close the program that "
                             f"uses it, or write to another output path. ({type(exc).__name__}: {exc})",
-                            path=failed) from exc
+                            path=failed, transient=True) from exc
     for source, target in moves:
         os.replace(source, target)
     for target, backup in aside:
@@ -85,7 +85,13 @@ def remove_tree(directory: str, trash: str) -> bool:
         return False
     except OSError:  # not an in-use problem (e.g. no rename across mounts): delete in place
         trash = directory
-    shutil.rmtree(trash, ignore_errors=True)
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:  # a file or a link where an entry folder belongs: removed, never followed
+        try:
+            os.remove(trash)
+        except OSError:
+            pass
     return True
 
 

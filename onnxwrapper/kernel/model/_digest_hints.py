@@ -25,7 +25,7 @@ import json
 import os
 import time
 
-from onnxwrapper.kernel.cache import crc32_file, prune_records
+from onnxwrapper.kernel.cache import crc32_file, prune_records, write_private_file
 from onnxwrapper.kernel.model._model_source import ModelSource, file_state
 
 __all__ = ["MAX_HINTS", "recorded_digest", "record_digest"]
@@ -109,15 +109,9 @@ def record_digest(cache_root: str, source: ModelSource, digest: str) -> None:
     crc = _checked_crc32(path, state)
     if crc is None:
         return
-    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, "path": path, "state": list(state), "crc32": crc, "digest": digest}, f)
-        os.replace(tmp, target)
+    try:  # 0700 folder, 0600 file whatever the umask (docs/security.md, "the compile cache")
+        write_private_file(target, json.dumps({"format": FORMAT, "path": path, "state": list(state), "crc32": crc,
+                                               "digest": digest}).encode("utf-8"))
         prune_records(os.path.dirname(target), ".json", MAX_HINTS)
     except (OSError, ValueError, TypeError):
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
+        pass

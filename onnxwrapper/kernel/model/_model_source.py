@@ -35,7 +35,7 @@ import time
 
 from onnxruntime.capi import onnxruntime_pybind11_state as C
 
-from onnxwrapper.kernel.cache import RACY_SECONDS, hash_file
+from onnxwrapper.kernel.cache import RACY_SECONDS, hash_file, open_regular
 
 __all__ = ["ModelSource", "RACY_SECONDS", "file_state"]
 
@@ -124,15 +124,16 @@ class ModelSource:
         """The serialized model (cached after the first read).
 
         Raises:
-            NoSuchFile: the path does not exist. InvalidProtobuf: it is a directory or unreadable.
+            NoSuchFile: the path does not exist. InvalidProtobuf: it is a directory, a FIFO, a device
+                or unreadable.
         """
         if self._data is None:
             if not os.path.exists(self.path):
                 raise self._missing()
             if os.path.isdir(self.path):
                 raise self._unparsable()
-            try:
-                with open(self.path, "rb") as f:
+            try:  # a FIFO or a device is no model: an error, never a wait for a writer
+                with open_regular(self.path) as f:
                     self._data = f.read()
             except OSError as exc:
                 raise self._unparsable() from exc

@@ -34,7 +34,8 @@ from typing import Callable, Iterable, Mapping
 
 from onnxwrapper._registry import default_registry
 from onnxwrapper.diff._api import check, run
-from onnxwrapper.diff._capture import MANIFEST, malformed, read_capture, read_manifest, read_saved_report, unused_stem
+from onnxwrapper.diff._capture import (MANIFEST, local_record, malformed, read_capture, read_manifest, read_saved_report,
+                                       unused_stem)
 from onnxwrapper.diff._judge import Tolerance, Tolerances
 from onnxwrapper.diff._localize import localize_failures
 from onnxwrapper.repair.fix._app_level import search_app_level
@@ -106,7 +107,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         confirm: the confirmation run, script diffs only (:mod:`onnxwrapper.repair.fix._confirm`):
             ``None``/``False`` none (default: a diff folder never chooses what runs); a command
             line ``["script.py", "arg", …]`` (or ``["-m", "pkg", …]``) that you name; ``True`` /
-            ``"recorded"``: the diff's recorded command, only when the script at the recorded path
+            ``"recorded"``: the diff's recorded command, only for a folder made on this machine by
+            you (a private record of its ``diff.json``) and when the script at the recorded path
             has the sha256 the diff recorded. When it shows the app's output still differing while
             every tensor passes, the app-level search runs with the same command
             (:mod:`onnxwrapper.repair.fix._app_level`).
@@ -126,8 +128,8 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         verified recipe and the confirmation, if run, passed).
 
     Raises:
-        FileNotFoundError: not a diff directory. ValueError: an unknown remedy kind or simulator mode,
-            or a malformed ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture
+        FileNotFoundError: not a diff directory, or a script of ``confirm`` that does not exist.
+            ValueError: an unknown remedy kind or simulator mode, or a malformed ``confirm``. MalformedFileError: a ``diff.json``, ``report.json`` or capture
             of the folder that is not what its format says (the folder may come from elsewhere).
     """
     started = time.perf_counter()
@@ -141,6 +143,11 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
     if unknown:
         raise ValueError(f"unknown simulator mode(s) {', '.join(unknown)}; expected some of {', '.join(SIMULATOR_MODES)}")
     say = progress or (lambda _stage: None)
+    try:  # the confirmation command first: a bad one is an error before any work
+        target = read_manifest(directory, MANIFEST).get("target")
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(f"{directory} is not an aipc diff directory (no {MANIFEST}).") from exc
+    command, note = confirm_command(target, confirm, os.fspath(cwd) if cwd else None, local_record(directory))
     result_check = check(directory)
     saved = _saved_report(directory)
     tolerances = tolerances_from_dict(saved.get("tolerances"))
@@ -170,7 +177,6 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
                   higher_precision=_higher_precision(run_.backend, simulator_modes), localize=localize)
         mf.seconds = time.perf_counter() - begun
     result.stage("model-level repairs", started)
-    command, note = confirm_command(read_manifest(directory, MANIFEST).get("target"), confirm, cwd)
     ctx = _AppContext(result, result_check, reference, directory, remedies, root, command, timeout, env, say, try_all,
                       simulator_modes)
     if not failing:
@@ -182,7 +188,7 @@ def fix(directory, *, backends: Iterable[str] | None = None, remedies: Iterable[
         result.notes.append(note)
         if command is not None:
             begun = time.perf_counter()
-            say("confirming: the script again, with the recipe")
+            say(f"confirming: the script again, with the recipe: {command.shown()}")  # shown before it runs
             labels = {m.backend for m in result.models if m.recipe}
             result.confirmation = _script_run(directory, runs, result_check.reference, labels, result.recipe_path,
                                               command, timeout, env)
@@ -254,6 +260,8 @@ def _script_run(directory: str, runs, reference: str, labels, recipe_path, comma
     runs ``labels``, judged against ``reference`` as the diff was."""
     manifest = read_manifest(directory, MANIFEST)
     app = manifest.get("app") if isinstance(manifest.get("app"), dict) else {}
+    # file names to compare are paths: taken only from a folder made here (docs/security.md)
+    compare = [c for c in app.get("compare") or ("stdout",) if command.compare_files or c in ("stdout", "none")]
     backends = {reference: runs[reference].backend, **{lb: runs[lb].backend for lb in labels}}
     options = {lb: dict(runs[lb].options, repairs={"file": recipe_path, "required": False}) for lb in labels}
     options[reference] = dict(runs[reference].options)
@@ -261,5 +269,6 @@ def _script_run(directory: str, runs, reference: str, labels, recipe_path, comma
     return run(command.argv[0], command.argv[1:], module=command.module,
                backends=[f"{lb}={b}" for lb, b in backends.items()], reference=reference,
                backend_options=options, directory=confirm_dir, cwd=command.cwd, timeout=timeout,
-               env=dict(env or {}), compare_output=app.get("compare") or ("stdout",), output_filter=app.get("filter"),
-               output_rtol=app.get("rtol"), tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))
+               script_digest=command.sha256, env=dict(env or {}), compare_output=compare or ("stdout",),
+               output_filter=app.get("filter"), output_rtol=app.get("rtol"),
+               tolerances=tolerances_from_dict(_saved_report(directory).get("tolerances")))

@@ -15,13 +15,13 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
 from onnxwrapper.diff._capture import CaptureFormatError, read_capture
 from onnxwrapper.diff._judge import compare_captures
-from onnxwrapper.diff._runs import child_environment, crash_name, kill_child, log_tail, read_status
+from onnxwrapper.diff._runs import (child_cwd, child_environment, crash_name, kill_child, log_tail, module_command,
+                                    read_status)
 from onnxwrapper.kernel import new_session_kwargs
 from onnxwrapper.repair.recipe import ModelRecipe, RecipeBook
 
@@ -224,11 +224,11 @@ def _costs(trial: Trial, capture: str, nodes: int | None) -> None:
 def _run(request_path: str, directory: str, timeout: float | None, env: dict | None) -> tuple[int | None, str]:
     """Run the child; ``(return code, error text or "")``."""
     child_env = child_environment(env)
-    cmd = [sys.executable, "-m", "onnxwrapper.repair.fix._child", request_path]
+    cmd = module_command("onnxwrapper.repair.fix._child", os.path.abspath(request_path))  # python -P: safe path
     with open(os.path.join(directory, "stdout.txt"), "wb") as out, \
             open(os.path.join(directory, "stderr.txt"), "wb") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=child_env,
-                                **new_session_kwargs())
+                                cwd=child_cwd(directory), **new_session_kwargs())
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

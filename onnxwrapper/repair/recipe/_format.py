@@ -46,7 +46,7 @@ from typing import Any, Mapping
 import onnxruntime
 
 from onnxwrapper.errors import RecipeError, RecipeMismatchError
-from onnxwrapper.kernel import __version__
+from onnxwrapper.kernel import __version__, read_regular
 from onnxwrapper.patches import PatchError, get_patch
 
 __all__ = ["FORMAT", "VERSION", "PRECISIONS", "TARGETS", "Rewrite", "ModelRecipe", "RecipeBook", "load_recipes",
@@ -67,6 +67,11 @@ def recipe_targets(precision: str | None) -> tuple:
     """The :data:`TARGETS` a recipe of ``precision`` can hold on: ``("simulator",)`` for ``"fp32"``
     (a simulator mode), both otherwise (rewrites, CPU subgraphs and FP16 run on a device too)."""
     return ("simulator",) if precision == "fp32" else TARGETS
+
+#: the largest recipe file read (bytes) and the most rewrites one model's recipe may hold: ``aipc fix``
+#: writes a handful; a file past either is refused at once (200,000 rewrites took minutes to apply)
+MAX_RECIPE_BYTES = 64 << 20
+MAX_REWRITES = 10_000
 
 
 def model_sha256(data: bytes) -> str:
@@ -165,6 +170,9 @@ def _recipe_from(sha: str, doc: Any, path: str | None) -> ModelRecipe:
     items = doc.get("rewrites") or ()
     if not isinstance(items, (list, tuple)):
         raise RecipeError(f"The {where}: 'rewrites' must be a list, got {type(items).__name__}.", path=path)
+    if len(items) > MAX_REWRITES:
+        raise RecipeError(f"The {where} holds {len(items)} rewrites; at most {MAX_REWRITES} are accepted (aipc fix "
+                          f"writes a few). It is not a recipe aipc made: check where it came from.", path=path)
     for item in items:
         if not isinstance(item, Mapping) or not isinstance(item.get("rewrite"), str) or not isinstance(
                 item.get("node"), str):
@@ -290,18 +298,18 @@ def load_recipes(source) -> RecipeBook:
     """Read and validate a recipe file (a path) or an already parsed document (a dict).
 
     Raises:
-        RecipeError: missing or unreadable file, not JSON, another ``format``, a newer ``version``,
-            an unknown rewrite or parameter, a bad ``cpu_subgraphs`` or ``precision`` (the message
-            names the file and the entry).
+        RecipeError: missing or unreadable file (also a FIFO, a device, a folder, or more than
+            :data:`MAX_RECIPE_BYTES`), not JSON, another ``format``, a newer ``version``, more than
+            :data:`MAX_REWRITES` rewrites for one model, an unknown rewrite or parameter, a bad
+            ``cpu_subgraphs`` or ``precision`` (the message names the file and the entry).
     """
     path = None
     if isinstance(source, Mapping):
         doc = source
     elif isinstance(source, (str, os.PathLike)):
         path = os.path.abspath(os.fspath(source))
-        try:
-            with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
+        try:  # a regular file of bounded size: a FIFO or /dev/zero is an error, never a hang
+            doc = json.loads(read_regular(path, MAX_RECIPE_BYTES).decode("utf-8"))
         except FileNotFoundError as exc:
             raise RecipeError(f"Repair recipe {path} does not exist (write one with `aipc fix`).", path=path) from exc
         except (OSError, ValueError, RecursionError) as exc:

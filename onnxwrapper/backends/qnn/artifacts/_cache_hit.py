@@ -28,6 +28,8 @@ move — it returns ``None`` before anything visible happened, and the full path
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import time
 
@@ -141,4 +143,17 @@ def open_cached(config, request, availability):
     own_configs = {ASSIGNMENT_KEY: "1"} if records_assignment(setup.user_so) else {}
     strict_configs = dict(own_configs, **({"session.disable_cpu_ep_fallback": "1"} if settings.strict else {}))
     info = ArtifactInfo("cache", ctx, None, time.perf_counter() - start, key)
-    return static_session(setup, ctx, strict_configs, report, info, warn_key, model_meta=facts.modelmeta())
+    session = static_session(setup, ctx, strict_configs, report, info, warn_key, model_meta=facts.modelmeta())
+    # an entry moved, removed or damaged while ORT loads it is a typed error (and rebuilt next time)
+    session.ort_args = dataclasses.replace(session.ort_args, guard=_loading(ArtifactCache(settings.cache_dir), entry,
+                                                                            session.ort_args.guard))
+    return session
+
+
+def _loading(cache: ArtifactCache, entry, guard):
+    """``guard`` (ORT's constructor guard of the session) inside the cache's guard of ``entry``."""
+    @contextlib.contextmanager
+    def both():
+        with cache.loading(entry), (guard() if guard is not None else contextlib.nullcontext()):
+            yield
+    return both

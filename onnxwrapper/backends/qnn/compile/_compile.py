@@ -283,23 +283,43 @@ def cached_compile(cache: ArtifactCache, key: str, build: Callable[[str], Mappin
         _log.info("onnxwrapper qnn: compiling %s for the QNN HTP …", note or "model")
         return build(directory)
 
-    entry = cache.get_or_create(key, logged_build)
+    entry = cache.get_or_create(key, logged_build, complete_epcontext)
     if "partition" not in entry.meta or not os.path.isfile(entry.file(entry.meta.get("ctx", CTX_NAME))):
         _log.warning("onnxwrapper qnn: cache entry %s lacks its EPContext model or partition record; rebuilding",
                      key[:16])
         cache.remove(key)
-        entry = cache.get_or_create(key, logged_build)
+        entry = cache.get_or_create(key, logged_build, complete_epcontext)
     why = _provenance_problem(entry, expected) if entry.hit and expected is not None else None
     if why is not None:
         _log.warning("onnxwrapper qnn: cache entry %s in %s does not answer for this session: %s; rebuilding it",
                      key[:16], cache.root, why)
         cache.remove(key)
-        entry = cache.get_or_create(key, logged_build)
+        entry = cache.get_or_create(key, logged_build, complete_epcontext)
     ctx = entry.file(entry.meta.get("ctx", CTX_NAME))
     report = PartitionReport.from_dict(entry.meta["partition"])
     if entry.hit:
         report = report.with_source("cache")
     return entry, ctx, report
+
+
+def complete_epcontext(directory: str, meta: Mapping[str, Any]) -> None:
+    """The check of a compiled cache entry before it is published (``ArtifactCache.get_or_create``'s
+    ``verify``): its EPContext model parses and the context binary it names is not empty — a file
+    cut short by a full disk, whose write error the compiler did not report, is never stored.
+
+    Raises:
+        ArtifactError: a missing or empty file. ``google.protobuf`` ``DecodeError``: a cut model.
+    """
+    if "partition" not in meta:  # not a compiled model (nothing to parse)
+        return
+    import onnx  # a compile has imported it already
+
+    ctx = os.path.join(directory, meta.get("ctx", CTX_NAME))
+    if not os.path.isfile(ctx) or os.path.getsize(ctx) == 0:
+        raise ArtifactError(f"the EPContext model {os.path.basename(ctx)} is missing or empty", path=ctx)
+    onnx.load(ctx, load_external_data=False)
+    if meta.get("bin") and not os.path.getsize(os.path.join(directory, meta["bin"])):
+        raise ArtifactError(f"the context binary {meta['bin']} is empty", path=os.path.join(directory, meta["bin"]))
 
 
 def _provenance_problem(entry: CacheEntry, expected: Mapping[str, Any]) -> str | None:

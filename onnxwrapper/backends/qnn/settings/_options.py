@@ -18,6 +18,8 @@ from onnxwrapper.backends.qnn.model import DEFAULT_MAX_FEED_MB
 from onnxwrapper.backends.qnn.platform import (PERFORMANCE_MODES, PROFILING_LEVELS, TARGETS, convert_bool,
                                                convert_choice, convert_htp_arch, convert_positive_int,
                                                convert_provider_options, convert_soc_model, convert_target)
+from onnxwrapper.errors import ArtifactError
+from onnxwrapper.kernel import ArtifactCache
 
 if TYPE_CHECKING:
     from onnxwrapper.repair import RecipeBook
@@ -162,7 +164,12 @@ def _convert_precision(value: Any) -> str:
 def _convert_cache_dir(value: Any) -> str:
     if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
         raise TypeError("expected a directory path (str or os.PathLike)")
-    return os.path.abspath(os.path.expanduser(os.fspath(value)))
+    path = os.path.abspath(os.path.expanduser(os.fspath(value)))
+    try:  # a cache others can write is refused when the option is given, before any work
+        ArtifactCache(path)
+    except ArtifactError as exc:
+        raise ValueError(str(exc)) from None
+    return path
 
 
 _DOCS = {

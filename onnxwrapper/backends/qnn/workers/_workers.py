@@ -96,7 +96,7 @@ class CompileWorker:
         env = {k: v for k, v in os.environ.items() if k != "AIPC_ACTIVE"}  # the worker runs unpatched
         self._tail.clear()
         try:
-            proc = subprocess.Popen([sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path]),
+            proc = subprocess.Popen([sys.executable, "-E", "-P", "-c", _BOOT, json.dumps([str(p) for p in sys.path]),
                                      json.dumps(dict(warm_options) if warm_options else None)],
                                     stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True,
