@@ -142,6 +142,7 @@ import onnxwrapper
 from onnxwrapper.backends.qnn.workers import WorkerPool
 from onnxwrapper.errors import ArtifactError
 root, model = sys.argv[1:3]
+model = open(model, "rb").read()  # as bytes: compiled through this process's pool (a path's first compile is the worker's)
 real_run = WorkerPool.run
 
 def cut(self, request):  # the compiler "succeeds" but the disk filled: its EPContext model is cut short

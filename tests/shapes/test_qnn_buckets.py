@@ -129,3 +129,39 @@ def test_ort_values_and_run_async_are_cut_back_too(tmp_path):
         time.sleep(0.05)
     assert done and not done[0][1] and done[0][0][0].shape == ref.shape  # ORT's callback: error text '' when none
     assert any(a.shapes["input_ids"][1] == 4 for a in qnn.backend_session.artifacts)
+
+
+_APP = """
+import sys
+import numpy as np
+import onnxruntime as ort
+session = ort.InferenceSession(sys.argv[1])
+enc = np.random.default_rng(7).standard_normal((1, 6, 16)).astype(np.float32)
+tokens = [1]
+for _ in range(9):
+    logits = session.run(None, {"input_ids": np.array([tokens], np.int64), "encoder_hidden_states": enc})[0]
+    tokens.append(int(logits[0, -1].argmax()))
+print("tokens", tokens)
+"""
+
+
+@pytest.mark.slow
+def test_aipc_v_and_the_diff_report_say_which_buckets_served_the_calls(tmp_path):
+    """Per model: the compiled sizes, the calls and shapes they served, the compiles saved — at the end
+    of an ``aipc -v`` run and as a note of the ``aipc diff`` report, whose verdict is unchanged."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "app.py").write_text(_APP)
+    (tmp_path / "dec.onnx").write_bytes(dm.prefix_decoder().SerializeToString())
+    env = dict(os.environ, ONNXWRAPPER_CACHE_DIR=str(tmp_path / "cache"))
+    run = subprocess.run([sys.executable, "-m", "aipc", "--backend", "qnn", "-v", "app.py", "dec.onnx"],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "shape buckets: 9 shapes in 9 calls served by 5 compiled sizes (4 compiles saved)" in run.stderr
+    diff = subprocess.run([sys.executable, "-m", "aipc", "diff", "--backends", "cpu,qnn", "--no-html", "--dir",
+                           "d", "app.py", "dec.onnx"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=600)
+    assert diff.returncode == 0, diff.stdout + diff.stderr
+    assert "note: qnn: session 1 (dec-" in diff.stdout and "served by 5 compiled sizes" in diff.stdout, diff.stdout

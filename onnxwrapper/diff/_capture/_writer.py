@@ -50,7 +50,7 @@ from onnxwrapper import add_run_observer
 from onnxwrapper.diff._capture._values import (array_meta, declared_types, model_key, sha256_file, tensor_meta,
                                               to_array, tool_versions, user_model)
 from onnxwrapper.diff._capture._files import atomic_write, fmt_bytes, jsonable, parse_size, write_npz
-from onnxwrapper.diff._capture._session_repairs import repairs_applied
+from onnxwrapper.diff._capture._session_repairs import note_buckets, note_session
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "DEFAULT_MAX_BYTES", "CaptureLimitWarning", "CaptureWriter",
            "CaptureHandle", "start_capture", "model_key", "parse_size", "write_npz"]
@@ -252,8 +252,7 @@ class CaptureWriter:
             providers = []
         record = {"ordinal": ordinal, "model": key, "backend": backend, "backend_options": jsonable(config),
                   "providers": providers}
-        repaired = repairs_applied(session)
-        record.update({"repaired": repaired} if repaired else {})
+        note_session(session, record)
         self._session_records.append(record)
         self._write_header()
         return sess
@@ -350,9 +349,9 @@ class CaptureWriter:
             self._queue.put(None)
             self._thread.join()
         with self._lock:
-            if self._status == "recording":
-                self._status = "complete"
+            self._status = "complete" if self._status == "recording" else self._status
             self._calls_file.close()
+            note_buckets(self._session_records, self._sessions)
             self._write_header()
 
 

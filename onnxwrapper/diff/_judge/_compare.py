@@ -240,11 +240,28 @@ def compare_captures(reference: Capture, others: dict, *, tolerances: Tolerances
             if isinstance(rec, dict) and rec.get("repaired"):
                 result.notes.append(f"{run_name}: session {rec.get('ordinal')} ({rec.get('model')}) ran repaired by its "
                                     f"recipe: {str(rec['repaired'])[:400]}")
+            if isinstance(rec, dict) and rec.get("buckets"):
+                result.notes.append(f"{run_name}: session {rec.get('ordinal')} ({rec.get('model')}): "
+                                    f"{_buckets_text(rec['buckets'])}")
         if cap.header.get("errors"):
             result.notes.append(f"{run_name}: capture errors: {'; '.join(cap.header['errors'][:3])}")
         if cap.truncated:
             result.notes.append(f"{run_name}: capture truncated — {cap.truncated.get('reason')}.")
     return result
+
+
+def _buckets_text(buckets) -> str:
+    """One phrase for a session record's ``buckets`` (JSON from a capture header: checked here, as a
+    file from elsewhere may hold anything), e.g. ``"shape buckets: 40 shapes in 40 calls served by 7
+    compiled sizes (33 compiles saved): 1x1, 1x2, 1x4, …"``."""
+    rows = [b for b in buckets if isinstance(b, dict)] if isinstance(buckets, list) else []
+    number = lambda v: int(v) if isinstance(v, int) and not isinstance(v, bool) else 0  # noqa: E731
+    shapes = sum(number(b.get("distinct_shapes")) for b in rows)
+    calls = sum(number(b.get("calls")) for b in rows)
+    saved = number(rows[-1].get("saved")) if rows else 0
+    sizes = ", ".join(str(b.get("shapes"))[:80] for b in rows[:6]) + (" …" if len(rows) > 6 else "")
+    return (f"shape buckets: {shapes} shapes in {calls} calls served by {len(rows)} compiled size"
+            f"{'s' if len(rows) != 1 else ''} ({saved} compile{'s' if saved != 1 else ''} saved): {sizes}")
 
 
 def _check_sessions(reference: Capture, cap: Capture, label: str, lines: list, notes: list) -> set[int]:

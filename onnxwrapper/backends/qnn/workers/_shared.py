@@ -99,7 +99,7 @@ class SharedWorker:
                     pass
             write_private(os.path.join(folder, f"{ident}.key"), secrets.token_bytes(32))
             env = {k: v for k, v in os.environ.items() if k != "AIPC_ACTIVE"}  # the server runs unpatched
-            args = [sys.executable, "-E", "-c", _BOOT, json.dumps([str(p) for p in sys.path]), folder, ident,
+            args = [sys.executable, "-E", "-P", "-c", _BOOT, json.dumps([str(p) for p in sys.path]), folder, ident,
                     json.dumps(dict(warm_options) if warm_options else None)]
             with open(os.path.join(folder, f"{ident}.log"), "ab") as log:
                 if sys.platform == "win32":
