@@ -15,6 +15,8 @@ gets :func:`no_plan` for a call without a plan, so it holds nothing of the faça
 
 from __future__ import annotations
 
+import contextlib
+
 import types
 from typing import Any, Callable, Iterable, Mapping
 
@@ -22,7 +24,7 @@ import onnxruntime
 
 from onnxwrapper.backends.base import capability_error
 
-__all__ = ["NO_PLAN", "foreign_ort_state", "no_plan", "run_callables", "sync_twin"]
+__all__ = ["NO_PLAN", "foreign_ort_state", "no_plan", "ort_state", "run_callables", "sync_twin"]
 
 _ORT = onnxruntime.InferenceSession
 #: what the plan dispatcher returns for a call without a plan
@@ -67,6 +69,18 @@ def run_callables(methods: Iterable[str], served: Mapping[str, Callable], twin: 
             impl = _unsupported(method, backend_name) if foreign else types.MethodType(getattr(_ORT, method), twin)
         found[method] = impl if watch is None else watch(method, impl)
     return found
+
+
+def ort_state(facade: Any, ort: Any) -> None:
+    """Write ORT's state on ``facade`` from ``ort`` (an ``OrtSessionArgs``): ORT's own constructor in the
+    backend's guard, or the state of the ``onnxruntime.InferenceSession`` the backend already created
+    with these arguments (``ort.prebuilt``), taken over as it is."""
+    if ort.prebuilt is not None:
+        facade.__dict__.update(vars(ort.prebuilt))
+        return
+    with (ort.guard() if ort.guard is not None else contextlib.nullcontext()):
+        _ORT.__init__(facade, ort.path_or_bytes, ort.sess_options, ort.providers, ort.provider_options,
+                      **dict(ort.kwargs))
 
 
 def foreign_ort_state(foreign: Any, backend_session: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ run callables are bound to an ORT twin, :mod:`onnxwrapper._ort_twin`; ``run`` re
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -32,7 +31,7 @@ import onnxruntime
 
 from onnxwrapper._fork_guard import bind, check_new, check_open
 from onnxwrapper._observers import FAST_PATH_SESSIONS, RUN_OBSERVERS, add_run_observer, notify, observers_lock
-from onnxwrapper._ort_twin import NO_PLAN, foreign_ort_state, no_plan, run_callables, sync_twin
+from onnxwrapper._ort_twin import NO_PLAN, foreign_ort_state, no_plan, ort_state, run_callables, sync_twin
 from onnxwrapper._registry import default_registry
 from onnxwrapper._selection import reselect, select_backend
 from onnxwrapper.backends.base import RUN_METHODS, SessionDescription, SessionRequest, capability_error
@@ -113,9 +112,7 @@ class InferenceSession(_ORT):
         ort, foreign = description.ort, description.foreign
         self._ow_foreign = foreign is not None
         if ort is not None:
-            with (ort.guard() if ort.guard is not None else contextlib.nullcontext()):
-                _ORT.__init__(self, ort.path_or_bytes, ort.sess_options, ort.providers, ort.provider_options,
-                              **dict(ort.kwargs))
+            ort_state(self, ort)
             sync_twin(self.__dict__)
             if ort.read_assignment:
                 self._ow_backend_session.loaded(_ORT.get_provider_graph_assignment_info(self))

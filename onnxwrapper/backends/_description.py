@@ -64,6 +64,9 @@ class OrtSessionArgs:
         read_assignment: True when the backend wants the loaded session's
             ``get_provider_graph_assignment_info()`` (its session options must set
             ``session.record_ep_graph_assignment_info=1``), handed to :meth:`BackendSession.loaded`.
+        prebuilt: an ``onnxruntime.InferenceSession`` the backend already created with exactly these
+            arguments (e.g. in a thread while it decided what to open): the façade takes over its
+            state instead of creating the session again; ``None``: created by the façade.
     """
 
     path_or_bytes: Any
@@ -73,6 +76,7 @@ class OrtSessionArgs:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     guard: Callable[[], ContextManager] | None = None
     read_assignment: bool = False
+    prebuilt: Any = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from onnxwrapper.backends.base import Availability, Backend, BackendSession, Ses
 from onnxwrapper.backends.qnn.artifacts import first_compile, open_cached
 from onnxwrapper.backends.qnn.platform import (INSTALL_HINT, detected_soc, ensure_registered, htp_device,
                                                htp_library_path, is_x86_host, native_stdout_guard, qnn_versions)
-from onnxwrapper.backends.qnn.session import user_session_options
+from onnxwrapper.backends.qnn.session import CpuSessionAhead, user_session_options
 from onnxwrapper.backends.qnn.settings import OPTIONS, qnn_setup, request_ep_options
 from onnxwrapper.errors import BackendUnavailableError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, host_architecture
@@ -37,8 +37,11 @@ def open_session(config, request, availability):
     known = known_no_node(config, request, availability, source)
     if known is not None:
         return known
+    ahead = None
     if prestart_worker(config, request, availability, source):  # an unseen model: compile it where it is read
         user_so = user_session_options(request)
+        if config.get("repairs") is None and CpuSessionAhead.worth_it(source):  # classical ML: likely no node
+            ahead = CpuSessionAhead(request.path_or_bytes, user_so, request.kwargs)
         start = time.perf_counter()
         answer = first_compile(config, request, availability, source, user_so)
         if answer in ("compiled", "cache"):
@@ -53,7 +56,7 @@ def open_session(config, request, availability):
     # compile-worker layer (60-140 ms in a new process, measured); a cache hit needs none of them
     from onnxwrapper.backends.qnn.open import open_session as full
 
-    return full(config, request, availability, source)
+    return full(config, request, availability, source, ahead)
 
 
 def known_no_node(config, request, availability, source=None):

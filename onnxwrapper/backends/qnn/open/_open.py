@@ -91,13 +91,14 @@ def _model_meta_override(ctx_proto, original):
     return None if wanted == got else wanted
 
 
-def open_session(config: dict[str, Any], request, availability, source: ModelSource | None = None):
+def open_session(config: dict[str, Any], request, availability, source: ModelSource | None = None, ahead=None):
     """Open a QNN backend session for ``request`` (see the module docstring).
 
     Args:
         config: validated backend options. request: the SessionRequest. availability: probe result.
         source: the request's model as a ``ModelSource`` already made (and hashed) by the caller, or
-            ``None`` to make it here.
+            ``None`` to make it here. ahead: a ``CpuSessionAhead`` of the model being created meanwhile
+            (used when the QNN EP takes no node of it), or ``None``.
     """
     source = source if source is not None else ModelSource.from_arg(request.path_or_bytes)
     given_so = user_session_options(request)
@@ -155,12 +156,12 @@ def open_session(config: dict[str, Any], request, availability, source: ModelSou
     no_node = predicted_no_node(fixed, label) if repair is None else None
     if no_node is None and repair is None and not is_epcontext_model(proto):
         no_node = probe_no_node(setup, fixed)  # the candidates compiled alone
-        if no_node is not None:
-            remember_verdict(store.cache, structure_key(source, user_so), settings.compile_options(), no_node)
+    if no_node is not None:  # the next process opens its CPU session before parsing the model
+        remember_verdict(store.cache, structure_key(source, user_so), settings.compile_options(), no_node)
     if no_node is not None:  # nothing for the NPU: ORT's own CPU session, dynamic shapes and all, no compile
         no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
         return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
-                             ep_options=settings.ep_options)
+                             ep_options=settings.ep_options, ahead=ahead)
     if not dynamic and not control:
         start = time.perf_counter()
         artifact = resolve_precompiled(source, settings) if neighbours else None
@@ -193,7 +194,7 @@ def open_session(config: dict[str, Any], request, availability, source: ModelSou
         if no_node is not None:
             no_node_policy(no_node, strict=settings.strict, label=label, warn_key=warn_key)
             return QnnCpuSession(request.path_or_bytes, user_so, request.kwargs, report=no_node,
-                                 ep_options=settings.ep_options)
+                                 ep_options=settings.ep_options, ahead=ahead)
         check_partition(compiled.report, strict=settings.strict, label=label, warn_key=warn_key)
         split = batch_split_of(compiled)
         if split is None:
