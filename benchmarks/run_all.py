@@ -10,8 +10,8 @@ Usage::
 
     python benchmarks/run_all.py [--json PATH] [--only NAME,…] [--skip NAME,…] [--quick] [--strict]
 
-NAME is a script's name without ``bench_`` and ``.py`` (overhead, dispatch, qnn, creation, capture,
-diff, precompile). ``precompile`` needs a real app (``$BENCH_APP_PYTHON``, ``$BENCH_TRYAII_SCRIPT``,
+NAME is a script's name without ``bench_`` and ``.py`` (overhead, dispatch, qnn, creation,
+first_compile, no_node, buckets, capture, diff, precompile). ``precompile`` needs a real app (``$BENCH_APP_PYTHON``, ``$BENCH_TRYAII_SCRIPT``,
 see its docstring) and is reported as skipped without it. ``--quick`` measures fewer repeats (a
 smoke run; figures are noisier). Exit status: 0 when every benchmark ran (and, with ``--strict``,
 met its targets), 1 otherwise.
@@ -32,10 +32,12 @@ from bench._figures import host, load_average  # benchmarks/bench/_figures.py (a
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: in the order they run: the long ones last
-ORDER = ["overhead", "dispatch", "qnn", "creation", "capture", "diff", "precompile"]
+ORDER = ["overhead", "dispatch", "qnn", "creation", "first_compile", "no_node", "buckets", "capture", "diff",
+         "precompile"]
 QUICK = {"overhead": ["--rounds", "5", "--calls", "5000"], "dispatch": ["--rounds", "7", "--calls", "1000"],
          "qnn": ["--repeats", "2", "--runs", "3"], "creation": ["--pairs", "3", "--warm", "4"],
-         "capture": ["--repeat", "3"], "diff": ["--repeat", "1"], "precompile": ["--pairs", "1"]}
+         "capture": ["--repeat", "3"], "diff": ["--repeat", "1"], "precompile": ["--pairs", "1"],
+         "first_compile": ["--pairs", "3"], "no_node": ["--pairs", "3"], "buckets": ["--steps", "16"]}
 #: exit status of a benchmark whose app is not set up on this machine (it says how): skipped, not failed
 EXIT_NOT_SET_UP = 2
 

@@ -38,7 +38,10 @@ import onnxruntime
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import onnxwrapper  # noqa: E402
+from _figures import Figure, load_average, report  # noqa: E402
 from tests import decoder_models as dm  # noqa: E402 - the shared generated decoders
+
+NAME = "buckets"
 
 ROUND = 2
 
@@ -75,15 +78,23 @@ def _run_way(model, loop, way: str, folder: str):
     return compiles, first, steady, tokens, logits
 
 
-def standins(steps: int) -> int:
-    """Print the stand-in table; returns 1 when a bound is missed, else 0."""
+def standins(steps: int, figures: list) -> int:
+    """Print the stand-in table and add one figure per stand-in to ``figures`` (compiles with buckets
+    over compiles per shape; target ``(ceil(log2(steps)) + 2) / steps``); returns 1 when a bound is
+    missed or the tokens or logits differ, else 0."""
     bound = math.ceil(math.log2(steps)) + 2
     failed = 0
     print(f"{steps} decoding steps; bound: {bound} compiles per model")
     print(f"{'stand-in':<26} {'way':<10} {'compiles':>8} {'first run':>10} {'per call':>10}  vs unpadded NPU run")
     with tempfile.TemporaryDirectory() as folder:
         for name, (model, loop) in _standins(steps).items():
+            load = load_average()
             results = {way: _run_way(model, loop, way, folder) for way in ("per shape", "buckets", "ORT CPU")}
+            figures.append(Figure(NAME, f"{name}: compiles for {steps} steps", "compiles", results["buckets"][0],
+                                  results["per shape"][0], results["buckets"][0] / max(1, results["per shape"][0]),
+                                  bound / steps, 1, load, load_average(), against="one specialization per shape",
+                                  details={"first_run_s": {w: round(r[1], 3) for w, r in results.items()},
+                                           "per_call_ms": {w: round(r[2] * 1e3, 3) for w, r in results.items()}}))
             ref_tokens, ref_logits = results["per shape"][3], results["per shape"][4]
             for way, (compiles, first, steady, tokens, logits) in results.items():
                 agree = "same tokens" if tokens == ref_tokens else "OTHER TOKENS"
@@ -126,11 +137,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--app", nargs=2, metavar=("PYTHON", "SCRIPT"))
+    parser.add_argument("--json-out")
     args = parser.parse_args(argv)
-    status = standins(args.steps)
+    figures: list = []
+    status = standins(args.steps, figures)
     if args.app:
         app(args.app[0], os.path.abspath(args.app[1]))
-    return status
+    return max(status, report(figures, args.json_out))
 
 
 if __name__ == "__main__":
