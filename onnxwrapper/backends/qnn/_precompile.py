@@ -224,7 +224,8 @@ def _routed(signatures, proto, dynamic, control, config, setup, model, sess_opti
     feeds = [e for e in signatures if dynamic and all(isinstance(e.get(n), np.ndarray) for n in dynamic)]
     if not feeds or not config.get("shape_buckets", True):
         return list(signatures), [None] * len(signatures)
-    router = BucketRouter(DimGroups.of(proto, dynamic_inputs(proto)), cache=ArtifactCache(setup.settings.cache_dir),
+    router = BucketRouter(DimGroups.of(proto, dynamic_inputs(proto)), model=proto, dynamic=dynamic_inputs(proto),
+                          cache=ArtifactCache(setup.settings.cache_dir),
                           model_hash=model_key(setup.source, sess_options), strict=setup.settings.strict,
                           label=setup.label)
     cpu: list = []

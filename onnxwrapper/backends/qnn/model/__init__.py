@@ -7,7 +7,7 @@ specialization is compiled for it.
 
 from __future__ import annotations
 
-from onnxwrapper.backends.qnn.model._dim_groups import DimGroups, Linear, parse_dim
+from onnxwrapper.backends.qnn.model._dim_groups import DimGroups, Linear, inferred_merges, parse_dim
 from onnxwrapper.backends.qnn.model._feed_limits import (DEFAULT_MAX_FEED_MB, VTCM_BUDGET_MB, check_feed_cost,
                                                          check_feed_rows)
 from onnxwrapper.backends.qnn.model._model_identity import (facts_of, is_epcontext_model, model_key,
@@ -32,6 +32,7 @@ __all__ = [
     "control_inputs",
     "control_value",
     "facts_of",
+    "inferred_merges",
     "is_epcontext_model",
     "model_key",
     "parse_dim",

@@ -25,7 +25,7 @@ import logging
 import re
 from typing import Mapping, NamedTuple, Sequence
 
-__all__ = ["DimGroups", "Linear", "parse_dim"]
+__all__ = ["DimGroups", "Linear", "inferred_merges", "parse_dim"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_.:]*)|([+\-*]))")
@@ -129,14 +129,15 @@ class DimGroups:
                               for s, _c in d.terms})
 
     @classmethod
-    def of(cls, model, dynamic: Mapping[str, Sequence], *, infer: bool = True) -> "DimGroups":
+    def of(cls, model, dynamic: Mapping[str, Sequence], *, merges: Mapping[str, Linear] | None = None
+           ) -> "DimGroups":
         """The groups of ``model`` (an ``onnx.ModelProto``) for its ``dynamic`` inputs
         (``{name: declared dims}`` as :func:`onnxwrapper.kernel.dynamic_inputs` gives them; an input
         without shape information is left out: it is never bucketed).
 
         Args:
-            infer: resolve standalone names through ORT's symbolic shape inference (skipped, with a
-                DEBUG line, when it cannot run on the model).
+            merges: standalone names resolved to expressions of others (:func:`inferred_merges`);
+                ``None``: the names alone group the dims.
         """
         axes: dict[str, list] = {}
         for name, dims in dynamic.items():
@@ -151,11 +152,18 @@ class DimGroups:
                 else:
                     row.append(Linear.symbol(f"?{name}:{axis}"))
             axes[name] = row
-        merged = _inferred_merges(model) if infer else {}
+        merged = dict(merges or {})
         for symbol, expression in merged.items():
             for name, row in axes.items():
                 axes[name] = [d.substitute(symbol, expression) if isinstance(d, Linear) else d for d in row]
         return cls(axes, merged)
+
+    @property
+    def needs_inference(self) -> bool:
+        """Whether ORT's symbolic shape inference could relate the groups: two or more dynamic inputs
+        (the dims of one input are never each other's expressions). It runs once per model, at its
+        first call (seconds on a large CNN: 10 s measured on an OCR detector, never needed there)."""
+        return len(self.axes) >= 2
 
     def solve(self, shapes: Mapping[str, Sequence[int]]) -> dict[str, int] | None:
         """The size of every group in a call with input ``shapes``, or ``None`` when the call does not
@@ -208,10 +216,11 @@ def _text(expression: Linear) -> str:
     return " + ".join(parts) or "0"
 
 
-def _inferred_merges(model) -> dict[str, Linear]:
+def inferred_merges(model) -> dict[str, Linear]:
     """``{standalone dim_param: Linear}`` from ORT's symbolic shape inference (its suggested merges of a
-    name with an expression of other names); ``{}`` when it cannot run. The inference is ORT's
-    own tool; its internal steps are used because its public entry point returns only the model."""
+    name with an expression of other names); ``{}`` when it cannot run (a DEBUG line says why). The
+    inference is ORT's own tool; its internal steps are used because its public entry point returns
+    only the model."""
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 

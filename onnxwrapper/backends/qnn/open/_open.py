@@ -219,7 +219,8 @@ def open_session(config: dict[str, Any], request, availability, source: ModelSou
                                   on_cpu=on_cpu, patches=None if repair is not None else settings.patches)
     buckets = None
     if config.get("shape_buckets", True) and dynamic:
-        buckets = BucketRouter(DimGroups.of(fixed, dynamic), cache=store.cache, model_hash=model_hash,
+        buckets = BucketRouter(DimGroups.of(fixed, dynamic), model=fixed, dynamic=dynamic, cache=store.cache,
+                               model_hash=model_hash,
                                strict=settings.strict, label=label)
     return _dynamic_session(setup, request, model_input, user_so, own_configs, build, list(dynamic), control,
                             warn_key, buckets=buckets, output_names=[o.name for o in fixed.graph.output])

@@ -27,7 +27,7 @@ import logging
 from typing import Any, Callable, Mapping
 
 from onnxwrapper.backends.qnn.compile import CompileMemo
-from onnxwrapper.backends.qnn.model import GroupRule, Padding, bucket_size
+from onnxwrapper.backends.qnn.model import DimGroups, GroupRule, Linear, Padding, bucket_size, inferred_merges
 from onnxwrapper.backends.qnn.session._certify import certify, discover_rule
 from onnxwrapper.kernel import shapes_note
 
@@ -43,14 +43,19 @@ class BucketRouter:
     """Decides, per kind of call, whether it runs padded into a bucket (module docstring).
 
     Args:
-        groups: the model's ``DimGroups``. cache: the compile cache (``ArtifactCache``) the
+        groups: the model's ``DimGroups`` by name. model / dynamic: the ``onnx.ModelProto`` and its
+            dynamic inputs, to refine the groups with ORT's symbolic shape inference at the first call
+            when they may be related (:attr:`~onnxwrapper.backends.qnn.model.DimGroups.needs_inference`;
+            the merges are kept in the compile cache); ``None``: the groups as given. cache: the compile cache (``ArtifactCache``) the
             rules and certificates are kept in, or ``None`` (kept in memory only).
         model_hash: the model identity of the session's cache keys. strict: certify every new size.
         label: the model's name in log lines.
     """
 
-    def __init__(self, groups, *, cache, model_hash: str, strict: bool, label: str) -> None:
+    def __init__(self, groups, *, cache, model_hash: str, strict: bool, label: str, model=None,
+                 dynamic=None) -> None:
         self.groups, self.cache, self.model_hash = groups, cache, model_hash
+        self._model, self._dynamic = (model, dynamic) if groups.needs_inference else (None, None)
         self.strict, self.label = strict, label
         self._seen: dict[str, set] = {g: set() for g in groups.groups}
         self._rules: dict[str, GroupRule | str] = {}
@@ -83,6 +88,24 @@ class BucketRouter:
         if memo is not None:
             memo.remember(rule.to_dict() if isinstance(rule, GroupRule) else {"refused": rule})
 
+    def _refine(self) -> None:
+        """Group the dims through ORT's symbolic shape inference, once (the merges kept in the cache)."""
+        model, dynamic, self._model, self._dynamic = self._model, self._dynamic, None, None
+        memo = self._memo("merges")
+        known = memo.known() if memo is not None else None
+        try:
+            merges = {str(k): Linear(tuple((str(n), int(c)) for n, c in v[0]), int(v[1])) for k, v in known.items()} \
+                if isinstance(known, dict) else None
+        except (TypeError, ValueError, IndexError):
+            merges = None
+        if merges is None:
+            merges = inferred_merges(model)
+            if memo is not None:
+                memo.remember({k: [[list(t) for t in v.terms], v.constant] for k, v in merges.items()})
+        if merges:
+            self.groups = DimGroups.of(model, dynamic, merges=merges)
+            self._seen = {g: set() for g in self.groups.groups}
+
     # -- routing -----------------------------------------------------------------------------------
     def _growing(self, group: str) -> bool:
         return len(self._seen[group]) > 1 or isinstance(self._known_rule(group), GroupRule)
@@ -104,6 +127,8 @@ class BucketRouter:
             session = session or cpu_session()
             return [o.name for o in session.get_outputs()]
 
+        if self._model is not None:
+            self._refine()
         sizes = self.groups.solve(shapes)
         if sizes is None:
             return None
