@@ -285,69 +285,6 @@ def test_a_context_load_failing_for_memory_releases_others_and_retries_then_fail
     assert not session._live
 
 
-# -- a model the NPU can take no node of -----------------------------------------------------------
-def test_a_model_without_a_qnn_op_is_one_cpu_session_whatever_the_shapes(cache, caplog):
-    from onnxwrapper.backends.qnn.session._no_node import QnnCpuSession
-    from tests.models import tree_ensemble_dynamic
-
-    data = tree_ensemble_dynamic()
-    with caplog.at_level(logging.INFO, logger="onnxwrapper"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", PartialOffloadWarning)  # once per model and process (other tests use it)
-        session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache})
-        for n in (1, 2, 7):
-            x = np.random.default_rng(n).random((n, 3)).astype(np.float32)
-            for a, b in zip(session.run(None, {"X": x}), _cpu(data, {"X": x})):
-                np.testing.assert_array_equal(a, b)
-    assert isinstance(session.backend_session, QnnCpuSession)
-    assert session.get_partition().source == "predicted" and session.get_inputs()[0].shape == [None, 3]
-    assert caplog.text.count("took none of the 1 node(s)") == 1  # the text of the one warning
-    assert "for the QNN HTP" not in caplog.text and "specialization" not in caplog.text
-    with pytest.raises(onnxwrapper.PartitionError):
-        onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache, "strict": True})
-
-
-def test_a_model_whose_builder_ops_the_ep_refuses_is_found_out_once_and_remembered(cache, caplog, monkeypatch):
-    """A tree ensemble whose label goes through a ``Cast`` to double (the QNN EP has a builder for Cast
-    but refuses it): handed over as bytes, dynamic batch. Its candidate op compiled alone gives the
-    verdict at once — one CPU session for every batch, no "compiling … for the QNN HTP" line — and the
-    next session reads the verdict from the cache before parsing the model."""
-    from onnxwrapper.backends.qnn.session._no_node import QnnCpuSession
-    from onnxwrapper.kernel import ModelSource
-    from tests.models import tree_ensemble_dynamic
-
-    data = tree_ensemble_dynamic(cast_label=True)
-    with caplog.at_level(logging.INFO, logger="onnxwrapper"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", PartialOffloadWarning)
-        session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache})
-        for n in (2, 5):
-            x = np.random.default_rng(n).random((n, 3)).astype(np.float32)
-            for a, b in zip(session.run(None, {"X": x}), _cpu(data, {"X": x})):
-                np.testing.assert_array_equal(a, b)
-        assert isinstance(session.backend_session, QnnCpuSession) and session.get_partition().target_nodes == 0
-        assert "for the QNN HTP" not in caplog.text and "the QNN EP takes none of its 2 node(s)" in caplog.text
-        monkeypatch.setattr(ModelSource, "load_proto", lambda self: pytest.fail("the model was parsed"))
-        again = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache})
-    assert isinstance(again.backend_session, QnnCpuSession) and again.get_partition().source == "cache"
-
-
-def test_without_a_probe_a_no_node_verdict_from_one_shape_serves_every_shape(cache, caplog, monkeypatch):
-    """When the probe cannot decide (say, too many candidate nodes), the first shape's compile gives the
-    verdict for the whole model: the other shapes are not compiled."""
-    from onnxwrapper.backends.qnn.open import _open
-    from tests.models import tree_ensemble_dynamic
-
-    monkeypatch.setattr(_open, "probe_no_node", lambda setup, proto: None)
-    data = tree_ensemble_dynamic(cast_label=True)
-    with caplog.at_level(logging.INFO, logger="onnxwrapper.qnn"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", PartialOffloadWarning)
-        session = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"cache_dir": cache,
-                                                                                     "shape_buckets": False})
-        for n in (1, 3, 4):
-            session.run(None, {"X": np.ones((n, 3), np.float32)})
-    assert caplog.text.count("for the QNN HTP") == 1, caplog.text
-    assert session.get_partition().target_nodes == 0
-
-
 # -- the 1-D conv U-Net pattern under aipc ----------------------------------------------------------
 _UNET_APP = """
 import sys

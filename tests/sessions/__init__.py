@@ -1,1 +1,1 @@
-"""The run path of qnn sessions: planned runs behave as ORT + the QNN EP, and long calls on the simulator say so."""
+"""qnn sessions: the run path (planned runs behave as ORT + the QNN EP, long calls on the simulator say so) and sessions of models the QNN EP takes no node of."""
