@@ -224,11 +224,12 @@ def write_pad_with_user_initializer(directory, relu_first: bool = False) -> str:
     return path
 
 
-def tree_ensemble_dynamic(cast_label: bool = False) -> bytes:
+def tree_ensemble_dynamic(cast_label: bool = False, scaled_probs: bool = False) -> bytes:
     """``TreeEnsembleClassifier`` (domain ai.onnx.ml, one tree, LOGISTIC): X float[None, 3] →
     label int64[None], probs float[None, 2]; no op of it has a QNN EP implementation. With
     ``cast_label`` the label goes through a ``Cast`` to double (as exporters end such models): an op
-    the QNN EP has a builder for, which it refuses (measured), so the static op table cannot rule it out."""
+    the QNN EP has a builder for, which it refuses (measured), so the static op table cannot rule it out.
+    With ``scaled_probs`` the probabilities go through a ``Mul`` by 0.5 (float32), which the QNN EP takes."""
     node = h.make_node(
         "TreeEnsembleClassifier", ["X"], ["label", "probs"], domain="ai.onnx.ml", classlabels_int64s=[0, 1],
         nodes_featureids=[0, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_nodeids=[0, 1, 2],
@@ -239,7 +240,12 @@ def tree_ensemble_dynamic(cast_label: bool = False) -> bytes:
     if cast_label:
         node.output[0] = "label_raw"
         nodes.append(h.make_node("Cast", ["label_raw"], ["label"], to=T.DOUBLE, name="cast_label"))
+    initializers = []
+    if scaled_probs:
+        node.output[1] = "probs_raw"
+        initializers.append(h.make_tensor("half", T.FLOAT, [], [0.5]))
+        nodes.append(h.make_node("Mul", ["probs_raw", "half"], ["probs"], name="scale_probs"))
     graph = h.make_graph(nodes, "tree", [h.make_tensor_value_info("X", T.FLOAT, [None, 3])],
                          [h.make_tensor_value_info("label", T.DOUBLE if cast_label else T.INT64, [None]),
-                          h.make_tensor_value_info("probs", T.FLOAT, [None, 2])])
+                          h.make_tensor_value_info("probs", T.FLOAT, [None, 2])], initializers)
     return make_model(graph, extra_opsets=[h.make_opsetid("ai.onnx.ml", 3)])

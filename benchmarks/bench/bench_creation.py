@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from _figures import Figure, load_average, paired_ratio, report
+from _figures import Figure, load_average, paired_ratio, report, user_env
 
 TARGET = 1.25
 NAME = "creation"
@@ -96,7 +96,7 @@ def _child(code: str, args: list[str]) -> tuple[float, float | None, dict]:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, cwd=_EMPTY)
+                                stdin=subprocess.DEVNULL, cwd=_EMPTY, env=user_env())
         cpu = None
         if hasattr(os, "wait4"):
             _pid, status, usage = os.wait4(proc.pid, 0)

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 
-from _figures import Figure, load_average, paired_ratio, report
+from _figures import Figure, load_average, paired_ratio, report, user_env
 
 NAME = "first_compile"
 
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-server", action="store_true", help="no shared compile server: a worker per process")
     parser.add_argument("--json-out")
     args = parser.parse_args(argv)
-    env = dict(os.environ)
+    env = user_env()
     env.pop("ONNXWRAPPER_CACHE_DIR", None)
     if args.no_server:
         env["ONNXWRAPPER_COMPILE_SERVER"] = "0"

@@ -33,7 +33,7 @@ import numpy as np
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from _figures import Figure, load_average, paired_ratio, report
+from _figures import Figure, load_average, paired_ratio, report, user_env
 
 NAME = "no_node"
 
@@ -93,7 +93,7 @@ def tree_model(trees: int, features: int = 8, depth: int = 4, seed: int = 0, cas
 def _process(args: list[str]) -> float:
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", _CHILD, *args], check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, env=user_env())
     return time.perf_counter() - start
 
 

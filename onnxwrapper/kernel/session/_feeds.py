@@ -1,7 +1,7 @@
 """Feed validation with onnxruntime's exact errors, for backends that are not ONNX Runtime.
 
-ORT checks a ``run`` call in this order (measured on onnxruntime 1.31.1, see
-tests/api/test_feeds.py which asserts every case against onnxruntime itself):
+ORT checks a ``run`` call in this order (measured on onnxruntime 1.31.1; the project's API tests
+assert every case against onnxruntime itself):
 
 1. ``input_feed`` must be a mapping (``AttributeError: 'list' object has no attribute 'keys'``);
    ``output_names`` must be ``None`` or a sequence of ``str`` (``TypeError: run(): incompatible

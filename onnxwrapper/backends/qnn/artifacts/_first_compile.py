@@ -38,7 +38,7 @@ from onnxwrapper.backends.qnn.settings import qnn_setup, request_ep_options
 from onnxwrapper.errors import BackendCapabilityError, CompileBudgetError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, recorded_key
 
-__all__ = ["first_compile", "first_compile_job", "first_failure_token"]
+__all__ = ["first_compile", "first_compile_job", "first_failure_token", "writable"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -96,7 +96,7 @@ def first_failure_token(path: str, settings) -> tuple:
     return ("first-compile", os.path.abspath(path), settings.describe())
 
 
-def _writable(root: str) -> bool:
+def writable(root: str) -> bool:
     """Whether the cache root (or, when it does not exist yet, its nearest existing parent) is writable."""
     path = root
     while not os.path.exists(path) and os.path.dirname(path) != path:
@@ -116,7 +116,7 @@ def first_compile(config: Mapping[str, Any], request, availability, source, user
     try:
         settings = qnn_setup(config, request_ep_options(request), source, user_so=user_so, kwargs={},
                              label=model_label(source), real_npu=availability.real_npu).settings
-        if not _writable(ArtifactCache(settings.cache_dir).root):
+        if not writable(ArtifactCache(settings.cache_dir).root):
             return None  # a read-only cache: the full path compiles into a temporary one, once
         args = (dict(config), dict(request_ep_options(request)), os.path.abspath(source.path),
                 session_options_state(user_so) if user_so is not None else None, model_label(source),

@@ -37,12 +37,11 @@ import onnxruntime
 from onnxwrapper.backends._artifact_files import companion_onnx
 from onnxwrapper.backends.qnn._op_support import predicted_no_node
 from onnxwrapper.backends.qnn.artifacts import (RAW_BINARY_SUFFIXES, check_artifact_interface, is_ort_format,
-                                                is_raw_binary, model_label, resolve_precompiled)
+                                                is_raw_binary, model_label, probe_no_node, resolve_precompiled)
 from onnxwrapper.backends.qnn.binary import wrap_raw_binary
 from onnxwrapper.backends.qnn.compile import ort_session_class
 from onnxwrapper.backends.qnn.model import (DimGroups, control_inputs, is_epcontext_model, model_key, remember_facts,
                                             structure_key)
-from onnxwrapper.backends.qnn.open._no_node_probe import probe_no_node
 from onnxwrapper.backends.qnn.open._spec_builder import JitModel, SpecializationBuilder, artifact_info, static_compile
 from onnxwrapper.backends.qnn.pipeline import CacheStore, prepare_repairs, refuse_for_artifact, repaired_step
 from onnxwrapper.backends.qnn.platform import copy_session_options

@@ -2,7 +2,7 @@
 
 A dynamic-shape session keeps the ORT sessions of its recent specializations loaded (LRU), each
 holding its QNN context. The HTP's budget is in bytes, not in count. Measured on the x86-64 HTP
-simulator (onnxruntime-qnn 2.7.0, ``benchmarks/probes/probe_context_memory.py``): contexts of 64 MiB each
+simulator (onnxruntime-qnn 2.7.0, a probe of growing context counts): contexts of 64 MiB each
 kept loaded fail on the 47th (about 2.9 GiB loaded) with ``INVALID_GRAPH : Failed to load from
 EpContext model. contextCreateFromBinary failed … QNN_COMMON_ERROR_MEM_ALLOC``, raised from
 ``run()``; a released context gives its memory back (50 loads and releases of a 16 MiB context: the

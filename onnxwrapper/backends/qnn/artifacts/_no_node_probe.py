@@ -22,20 +22,32 @@ The probe runs only where it is cheap and decisive: some node has no builder, at
 cut tensor typed. Otherwise the model is compiled as always, and a specialization the EP takes no
 node of gives the same model-level verdict (:func:`~onnxwrapper.backends.qnn.session.remember_verdict`),
 so other shapes are not tried.
+
+A model that looks like classical ML (an ``ai.onnx.ml`` op in its bytes) is judged, on its first
+open, by :func:`first_no_node`: the whole finding — the parse, the static op table, the probe —
+happens in the compile worker (:func:`no_node_job`), which records the verdict, while the user's
+process creates the model's ORT CPU session; the user's process then neither imports onnx nor parses
+the model. Parsing a 20 MB ensemble in the user's process holds the GIL for 0.1–0.16 s, which ORT's
+session creation in the other thread waits for (measured on the 2-core x86-64 host).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
+from typing import Any, Mapping
 
-from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES
-from onnxwrapper.backends.qnn.pipeline import compile_request
-from onnxwrapper.backends.qnn.workers import default_pool
+from onnxwrapper.backends.qnn.artifacts._cache_hit import is_raw_binary, model_label
+from onnxwrapper.backends.qnn.compile import compile_seconds, default_compile_memory_mb, metadata_model
+from onnxwrapper.backends.qnn.model import is_epcontext_model, structure_key
+from onnxwrapper.backends.qnn.platform import session_options_from_state, session_options_state
+from onnxwrapper.backends.qnn.session import remember_verdict
+from onnxwrapper.backends.qnn.settings import qnn_setup, request_ep_options
 from onnxwrapper.errors import PartitionError
-from onnxwrapper.kernel import NodeAssignment, PartitionReport
+from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, fix_free_dimensions
 
-__all__ = ["MAX_CANDIDATES", "MAX_PROBE_BYTES", "probe_no_node"]
+__all__ = ["MAX_CANDIDATES", "MAX_PROBE_BYTES", "first_no_node", "no_node_job", "probe_no_node"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 _CPU_EP = "CPUExecutionProvider"
@@ -46,6 +58,8 @@ MAX_PROBE_BYTES = 16 * 2**20
 
 
 def _candidates(proto) -> list:
+    from onnxwrapper.backends.qnn._op_support import QNN_OP_TYPES  # imports onnx: only where a model is parsed
+
     return [n for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in QNN_OP_TYPES
             and not (n.op_type == "Constant" and not n.input)]
 
@@ -131,10 +145,15 @@ def _static(value) -> bool:
             and all(d.HasField("dim_value") and d.dim_value > 0 for d in tensor.shape.dim))
 
 
-def probe_no_node(setup, proto) -> PartitionReport | None:
+def probe_no_node(setup, proto, run=None) -> PartitionReport | None:
     """The no-node partition of ``proto`` (every node on ORT's CPU EP, source ``"predicted"``) when the
     QNN EP takes none of its candidates compiled alone (module docstring), else ``None`` (it takes
-    some, or the probe does not apply or fails: compile as always)."""
+    some, or the probe does not apply or fails: compile as always).
+
+    Args:
+        setup: the session's registered ``QnnSetup``. proto: the model (``onnx.ModelProto``) with the
+            user's free-dimension overrides applied. run: what runs the probe's ``CompileRequest``:
+            the process's compile pool (default), or ``execute`` inside the compile worker itself."""
     candidates = _candidates(proto)
     nodes = [n for n in proto.graph.node if not (n.op_type == "Constant" and not n.input)]
     if not candidates or len(candidates) == len(nodes) or len(candidates) > MAX_CANDIDATES:
@@ -144,9 +163,7 @@ def probe_no_node(setup, proto) -> PartitionReport | None:
         return None
     try:
         with tempfile.TemporaryDirectory(prefix="onnxwrapper-probe-") as folder:
-            request = compile_request(setup, proto, model.SerializeToString(), folder, record=None,
-                                      note=f"{setup.label} (probe)")
-            default_pool().run(request)
+            (run or _pool_run)(_probe_request(setup, proto, model.SerializeToString(), folder))
         return None  # the EP took something
     except PartitionError as exc:
         if exc.report is None or exc.report.target_nodes:
@@ -161,3 +178,77 @@ def probe_no_node(setup, proto) -> PartitionReport | None:
     _log.info("onnxwrapper qnn: %s: the QNN EP takes none of its %d node(s) (%s); one ORT CPU session runs it",
               setup.label, len(nodes), reason)
     return PartitionReport("QNNExecutionProvider", assigned, (_CPU_EP,), "predicted", setup.label)
+
+
+def _pool_run(request):
+    from onnxwrapper.backends.qnn.workers import default_pool  # the worker layer: only when a probe runs
+
+    return default_pool().run(request)
+
+
+def _probe_request(setup, proto, model: bytes, folder: str):
+    """The probe model's compile, with the session's options, into ``folder``."""
+    from onnxwrapper.backends.qnn.workers import CompileRequest
+
+    settings = setup.settings
+    return CompileRequest(model, folder, dict(settings.ep_options), session_options_state(setup.user_so),
+                          metadata_model(proto).SerializeToString(), setup.source.directory,
+                          kwargs=dict(setup.kwargs), note=f"{setup.label} (probe)", label=setup.label,
+                          budget_seconds=compile_seconds(settings.compile_timeout),
+                          budget_mb=settings.compile_memory_mb or default_compile_memory_mb())
+
+
+def no_node_job(config: Mapping[str, Any], raw_ep_options: Mapping[str, Any], model: str | bytes,
+                so_state: Mapping[str, Any] | None, label: str, real_npu: bool) -> bool:
+    """In the compile worker: parse ``model`` (a path or the model's bytes), decide whether the QNN EP
+    takes none of its nodes (the static op table, else :func:`probe_no_node` compiled right here) and,
+    when it takes none, remember the verdict in the compile cache
+    (:func:`~onnxwrapper.backends.qnn.session.remember_verdict`) under the key the user's process
+    looks up. Returns whether the verdict was recorded (``False``: the EP takes some node, or the
+    probe does not apply)."""
+    from onnxwrapper.backends.qnn._op_support import predicted_no_node
+    from onnxwrapper.backends.qnn.workers import execute
+
+    source = ModelSource.from_arg(model)
+    proto = source.load_proto()
+    if is_epcontext_model(proto):
+        return False
+    user_so = session_options_from_state(so_state) if so_state is not None else None
+    setup = qnn_setup(config, raw_ep_options, source, user_so=user_so, kwargs={}, label=label,
+                      real_npu=real_npu).register()
+    fixed = fix_free_dimensions(proto, setup.user_so)
+    report = predicted_no_node(fixed, label) or probe_no_node(setup, fixed, run=execute)
+    if report is None:
+        return False
+    remember_verdict(ArtifactCache(setup.settings.cache_dir), structure_key(source, setup.user_so),
+                     setup.settings.compile_options(), report)
+    return True
+
+
+def first_no_node(config: Mapping[str, Any], request, availability, source, user_so) -> bool:
+    """Run :func:`no_node_job` on the process's compile pool for a model that looks like classical ML
+    (module docstring). Returns whether the QNN EP takes none of the model's nodes and the verdict is
+    in the compile cache now (then :func:`~onnxwrapper.backends.qnn.known_no_node` opens the CPU
+    session); never raises (``False``: the full open path decides and reports, as without it)."""
+    if config.get("repairs") is not None or is_raw_binary(source):
+        return False
+    from onnxwrapper.backends.qnn.artifacts._first_compile import writable
+    from onnxwrapper.backends.qnn.workers import CompileRequest, default_pool
+
+    try:
+        settings = qnn_setup(config, request_ep_options(request), source, user_so=user_so, kwargs={},
+                             label=model_label(source), real_npu=availability.real_npu).settings
+        if not writable(ArtifactCache(settings.cache_dir).root):
+            return False  # nowhere to record the verdict: the full path finds it in this process
+        model = os.path.abspath(source.path) if source.path is not None else source.read_bytes()
+        args = (dict(config), dict(request_ep_options(request)), model,
+                session_options_state(user_so) if user_so is not None else None, model_label(source),
+                bool(availability.real_npu))
+        job = CompileRequest(b"", settings.cache_dir or "", dict(settings.ep_options), kind="job",
+                             label=model_label(source), budget_seconds=compile_seconds(settings.compile_timeout),
+                             budget_mb=settings.compile_memory_mb or default_compile_memory_mb(), job=no_node_job,
+                             job_args=args)
+        return bool(default_pool().run(job))
+    except Exception as exc:  # noqa: BLE001 - a shortcut only; the full path meets any real problem
+        _log.debug("onnxwrapper qnn: no-node verdict in the worker not used (%s: %s)", type(exc).__name__, exc)
+        return False
