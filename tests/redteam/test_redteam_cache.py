@@ -235,3 +235,20 @@ def test_under_umask_000_the_first_qnn_session_accepts_the_cache_it_made(tmp_pat
     for path in [root, *(p for p in root.rglob("*") if not p.is_symlink())]:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600) or path.parent.name == "locks", (path, oct(mode))
+
+
+def test_a_stitched_entry_with_a_cut_context_binary_is_never_published(tmp_path):
+    """A stitched or graph-split model names several context binaries (``bins``); the check before
+    publishing refuses an entry where any of them is missing or empty, not only the first."""
+    from onnxwrapper.backends.qnn.compile import complete_epcontext
+
+    (tmp_path / "model_ctx.onnx").write_bytes(models.smallconv(batch=1))
+    (tmp_path / "part0_0_qnn.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "part2_0_qnn.bin").write_bytes(b"")
+    meta = {"ctx": "model_ctx.onnx", "bin": "part0_0_qnn.bin", "bins": ["part0_0_qnn.bin", "part2_0_qnn.bin"],
+            "partition": {}}
+    with pytest.raises(ArtifactError, match="part2_0_qnn.bin is missing or empty"):
+        complete_epcontext(str(tmp_path), meta)
+    with pytest.raises(ArtifactError, match="part4_0_qnn.bin is missing or empty"):
+        complete_epcontext(str(tmp_path), dict(meta, bins=["part0_0_qnn.bin", "part4_0_qnn.bin"]))
+    complete_epcontext(str(tmp_path), dict(meta, bins=["part0_0_qnn.bin"]))  # whole: published

@@ -77,3 +77,27 @@ def test_a_received_folder_error_is_one_escaped_line(project):
         proc = aipc(args, project)
         one_line_64(proc, r"runs.twin\x1b]0;owned\x07\x1b[8m.backend: found int")
         assert "\x1b" not in proc.stderr
+
+
+def test_a_received_folders_oversized_app_output_is_refused_not_read_whole(project, monkeypatch):
+    """The runs' ``stdout.txt`` of a received folder are untrusted: one larger than the bound the
+    comparison reads is a typed error naming the file, before it is read (a FIFO too, at once)."""
+    from onnxwrapper import diff
+    from onnxwrapper.diff._judge import _app_level
+    from onnxwrapper.errors import MalformedFileError
+
+    folder = diff_folder(project / "d", backend="twin")
+    assert diff.check(folder).app  # the app level is compared as received
+    monkeypatch.setattr(_app_level, "MAX_APP_OUTPUT_BYTES", 16)
+    (folder / "twin" / "stdout.txt").write_text("x" * 17)
+    with pytest.raises(MalformedFileError, match=r"twin.stdout\.txt: 17 bytes, more than the 16 bytes") as info:
+        diff.check(folder)
+    assert info.value.path == str(folder / "twin" / "stdout.txt")
+
+
+@POSIX
+def test_a_received_folders_app_output_that_is_a_fifo_is_status_64_at_once(project):
+    folder = diff_folder(project / "d", backend="twin")
+    os.unlink(folder / "twin" / "stdout.txt")
+    os.mkfifo(folder / "twin" / "stdout.txt")
+    one_line_64(aipc(["diff", "--check", folder], project, timeout=60), "a FIFO (named pipe), not a regular file")

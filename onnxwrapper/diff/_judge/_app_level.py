@@ -15,21 +15,37 @@ from __future__ import annotations
 import math
 import os
 
+from onnxwrapper.diff._capture import malformed
 from onnxwrapper.diff._judge._app_output import OutputItem, compare_bytes, compare_texts, volatile_mask
 from onnxwrapper.diff._judge._result import AppComparison
 from onnxwrapper.diff._judge._tolerance import error_budget, precision_for
 from onnxwrapper.diff._judge._verdict import explain_app_difference
+from onnxwrapper.kernel import NotRegularFileError, read_regular
 
-__all__ = ["judge_app", "needs_rerun", "STDOUT", "NONE"]
+__all__ = ["MAX_APP_OUTPUT_BYTES", "judge_app", "needs_rerun", "STDOUT", "NONE"]
 
 STDOUT, NONE = "stdout", "none"
+#: the largest app output (a run's ``stdout.txt``, a compared file) read for the comparison: the runs
+#: of a received diff folder are untrusted, and a comparison reads each output whole
+MAX_APP_OUTPUT_BYTES = 256 << 20
 
 
 def _read(path: str | None) -> bytes | None:
-    if not path or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        return f.read()
+    """The bytes of one app output, ``None`` when there is none.
+
+    Raises:
+        MalformedFileError: not a regular file (a FIFO, a device) or more than
+            :data:`MAX_APP_OUTPUT_BYTES` (filter the output, or compare a file the app writes).
+    """
+    if not path or not os.path.lexists(path) or os.path.isdir(path):
+        return None  # no output (a folder is not compared)
+    try:
+        return read_regular(path, MAX_APP_OUTPUT_BYTES)
+    except FileNotFoundError:
+        return None  # a dangling link: no output, as a missing file
+    except NotRegularFileError as exc:
+        raise malformed(path, None, exc.strerror, f"an app output: a regular file of at most "
+                        f"{MAX_APP_OUTPUT_BYTES >> 20} MiB") from exc
 
 
 def _text(path: str | None) -> str:

@@ -12,7 +12,7 @@ from onnxwrapper.backends.qnn.compile._budget import (DEFAULT_COMPILE_TIMEOUT_S,
                                                       total_budget)
 from onnxwrapper.backends.qnn.compile._cache_provenance import hit_problem, session_record
 from onnxwrapper.backends.qnn.compile._compile import (CTX_NAME, build_session_options, cached_compile,
-                                                       compile_cache_key, create_qnn_session, dump_dlc,
+                                                       compile_cache_key, complete_epcontext, create_qnn_session, dump_dlc,
                                                        generate_epcontext, metadata_model, ort_session_class,
                                                        qnn_creation_guard)
 from onnxwrapper.backends.qnn.compile._compile_errors import (UNWRITABLE_MARKERS, compile_hint, context_load_error,
@@ -33,6 +33,7 @@ __all__ = [
     "build_session_options",
     "cached_compile",
     "compile_cache_key",
+    "complete_epcontext",
     "compile_hint",
     "compile_seconds",
     "context_load_error",

@@ -43,7 +43,7 @@ from onnxwrapper.kernel import ArtifactCache, CacheEntry, PartitionReport, __ver
 
 __all__ = ["CACHE_FORMAT", "CTX_NAME", "ort_session_class", "build_session_options", "ep_creation_error",
            "qnn_creation_guard", "create_qnn_session", "metadata_model", "generate_epcontext", "compile_cache_key",
-           "cached_compile", "copy_model_metadata", "DLC_EP_OPTIONS", "qnn_ir_backend_path", "dump_dlc"]
+           "cached_compile", "complete_epcontext", "copy_model_metadata", "DLC_EP_OPTIONS", "qnn_ir_backend_path", "dump_dlc"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -304,8 +304,9 @@ def cached_compile(cache: ArtifactCache, key: str, build: Callable[[str], Mappin
 
 def complete_epcontext(directory: str, meta: Mapping[str, Any]) -> None:
     """The check of a compiled cache entry before it is published (``ArtifactCache.get_or_create``'s
-    ``verify``): its EPContext model parses and the context binary it names is not empty — a file
-    cut short by a full disk, whose write error the compiler did not report, is never stored.
+    ``verify``): its EPContext model parses and the context binaries it names (``bin``; a stitched or
+    graph-split model's ``bins``) are not empty — a file cut short by a full disk, whose write error
+    the compiler did not report, is never stored.
 
     Raises:
         ArtifactError: a missing or empty file. ``google.protobuf`` ``DecodeError``: a cut model.
@@ -318,8 +319,10 @@ def complete_epcontext(directory: str, meta: Mapping[str, Any]) -> None:
     if not os.path.isfile(ctx) or os.path.getsize(ctx) == 0:
         raise ArtifactError(f"the EPContext model {os.path.basename(ctx)} is missing or empty", path=ctx)
     onnx.load(ctx, load_external_data=False)
-    if meta.get("bin") and not os.path.getsize(os.path.join(directory, meta["bin"])):
-        raise ArtifactError(f"the context binary {meta['bin']} is empty", path=os.path.join(directory, meta["bin"]))
+    for name in dict.fromkeys([meta.get("bin")] + list(meta.get("bins") or ())):  # one, or a stitched model's
+        binary = os.path.join(directory, name) if name else None
+        if binary is not None and (not os.path.isfile(binary) or not os.path.getsize(binary)):
+            raise ArtifactError(f"the context binary {name} is missing or empty", path=binary)
 
 
 def _provenance_problem(entry: CacheEntry, expected: Mapping[str, Any]) -> str | None:

@@ -29,7 +29,7 @@ from typing import Mapping
 
 import onnx
 
-from onnxwrapper.backends.qnn.compile import CTX_NAME, stamp
+from onnxwrapper.backends.qnn.compile import CTX_NAME, complete_epcontext, stamp
 from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore, Compiled, EpContextFromOnnx, model_key
 from onnxwrapper.errors import ArtifactError, PartitionError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
@@ -288,7 +288,7 @@ class StitchedEpContext:
             report = merge_reports(proto, parts, reports, source="compile", note=note, failed=failed)
             return {"ctx": CTX_NAME, "bin": bins[0] if bins else None, "bins": bins, "partition": report.to_dict()}
 
-        entry = ArtifactCache(self.setup.settings.cache_dir).get_or_create(key, build)
+        entry = ArtifactCache(self.setup.settings.cache_dir).get_or_create(key, build, complete_epcontext)
         report = PartitionReport.from_dict(entry.meta["partition"])
         if entry.hit and reused:
             report = report.with_source("cache")

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 import onnx
 
-from onnxwrapper.backends.qnn.compile import CTX_NAME, recoverable
+from onnxwrapper.backends.qnn.compile import CTX_NAME, complete_epcontext, recoverable
 from onnxwrapper.backends.qnn.pipeline import (CacheStore, Compiled, EpContextFromOnnx, merge_reports, self_contained,
                                                write_stitched)
 from onnxwrapper.errors import PartitionError
@@ -221,7 +221,7 @@ class GraphSplit:
                                    ranges)
             return {"ctx": CTX_NAME, "bin": bins[0] if bins else None, "bins": bins, "partition": report.to_dict()}
 
-        entry = ArtifactCache(self.setup.settings.cache_dir).get_or_create(key, build)
+        entry = ArtifactCache(self.setup.settings.cache_dir).get_or_create(key, build, complete_epcontext)
         reused = all(c.reused for c in compiled.values()) and entry.hit
         report = PartitionReport.from_dict(entry.meta["partition"])
         if reused:
