@@ -159,6 +159,31 @@ def test_a_cpu_if_of_a_model_with_control_inputs_runs_as_its_inlined_branch(tmp_
         assert "LSTM" in {op for _n, op in report.cpu_nodes} and "If_2" in report.note
 
 
+def test_a_recipe_running_all_of_a_control_input_model_on_the_cpu_takes_every_input(tmp_path):
+    """Every node of a model with a control input (``sr``) on the CPU: the specialization folds the
+    ``Equal(sr, 16000)`` the recipe names (nothing to place) and runs as ORT's CPU session of the whole
+    model, which is fed ``sr`` too (was: "no node named …", then "Required inputs (['sr']) are missing")."""
+    from onnxwrapper.patches import name_unnamed_nodes
+    from tests import cf_models
+
+    data = cf_models.if_lstm()
+    named = onnx.load_model_from_string(data)
+    name_unnamed_nodes(named)
+    every = tuple(n.name for n in named.graph.node if n.op_type != "Constant")
+    rfile = RecipeBook({model_sha256(data): ModelRecipe(model_sha256(data), cpu_subgraphs=(every,))}
+                       ).save(tmp_path / "r.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the CPU verdict's warning
+        sess = onnxwrapper.InferenceSession(data, backend="qnn", backend_options={"repairs": str(rfile),
+                                                                                  "cache_dir": str(tmp_path / "c")})
+        ref = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+        for sr, n in ((16000, 8), (8000, 4), (16000, 8)):
+            feeds = cf_models.if_feeds(n, sr)
+            for y, r in zip(sess.run(None, feeds), ref.run(None, feeds)):
+                assert np.array_equal(y, r)
+            assert sess.get_partition().target_nodes == 0
+
+
 def _compile_entries(root) -> dict:
     """``{key: provenance record}`` of the compile entries (not the assembled models) in cache ``root``."""
     entries = {}

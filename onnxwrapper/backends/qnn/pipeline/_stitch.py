@@ -185,14 +185,18 @@ def inlined_cpu_nodes(spec: onnx.ModelProto, original: onnx.ModelProto, cpu_node
     inlined (:func:`onnxwrapper.kernel.fold_ifs`): a CPU node still in ``spec`` stays; a CPU ``If``
     that was inlined becomes the nodes of its taken branch (the ``Identity`` nodes named
     ``<output>__if_inlined`` and the new nodes they read from, up to the tensors that exist in
-    ``original``). ``spec``'s unnamed nodes must have been named.
+    ``original``); a CPU node the specialization folded away (a constant of the bound control values)
+    is dropped. ``spec``'s unnamed nodes must have been named.
     """
     names = {n.name for n in spec.graph.node}
     old_names = {n.name for n in original.graph.node}
     old_tensors = {o for n in original.graph.node for o in n.output} | {i.name for i in original.graph.input}
     ifs = {n.name: n for n in original.graph.node if n.op_type == "If"}
     producer = {o: n for n in spec.graph.node for o in n.output if o}
-    result = [n for n in cpu_nodes if n in names or n not in ifs]  # an unknown name: split_stages says so
+    # a name of ``original`` missing from ``spec`` and not an ``If``: folded by the specialization (it
+    # computed a constant from the bound control values, e.g. ``Equal(sr, 16000)``): nothing to place;
+    # a name ``original`` never had is kept, and split_stages says so
+    result = [n for n in cpu_nodes if n in names or (n not in ifs and n not in old_names)]
     by_name = {n.name: n for n in spec.graph.node}
     for name in cpu_nodes:
         if name in names or name not in ifs:

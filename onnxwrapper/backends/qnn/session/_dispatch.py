@@ -125,8 +125,10 @@ def _direct(owner, spec, key: tuple, shapes: dict, names: list, screen):
 
 def _by_values(owner, shape_key: tuple, shapes: dict, controls: tuple, keep: tuple, names: list, screen):
     """The plan of a model with control inputs: one specialization per tuple of control values,
-    read per call; control inputs are not fed (the specialization holds them as constants)."""
-    targets: dict[tuple, tuple] = {}  # control values → (specialization, its runner)
+    read per call; control inputs are not fed (the specialization holds them as constants) — except
+    to a specialization that is ORT's CPU session of the whole model (the QNN EP takes no node of
+    it, or a repair recipe runs all of it on the CPU), which takes every input."""
+    targets: dict[tuple, tuple] = {}  # control values → (specialization, its runner, the inputs it takes)
 
     def plan(feed, run_options):
         if screen is not None:
@@ -136,6 +138,12 @@ def _by_values(owner, shape_key: tuple, shapes: dict, controls: tuple, keep: tup
         if target is None or owner._latest is not target[0].report:
             spec = owner._specialization((shape_key, values), shapes, feed)
             if target is None or target[0] is not spec:
-                target = targets[values] = (spec, ort_runner(spec.session))
-        return target[1](names, {name: feed[name] for name in keep}, run_options)
+                target = targets[values] = (spec, ort_runner(spec.session), _fed(spec.session, keep, controls))
+        return target[1](names, {name: feed[name] for name in target[2]}, run_options)
     return plan
+
+
+def _fed(session, keep: tuple, controls: tuple) -> tuple:
+    """The inputs a specialization's session takes: ``keep``, and the control inputs it declares."""
+    declared = {i.name for i in session.get_inputs()} if hasattr(session, "get_inputs") else set()
+    return tuple(keep) + tuple(name for name in controls if name in declared)
