@@ -158,3 +158,17 @@ def test_an_if_the_feeds_decide_is_emulated_inlined_and_named_by_its_top_level_n
     assert emulator.snr([the_if.name])["stateN"] > emulator.snr([])["stateN"]  # the branch in FP32 on the CPU
     mixed = [cf_models.if_feeds(sr=8000, seed=0)] + feeds  # the calls disagree on sr: nothing is folded
     assert flattened(model, mixed)[1] == {}
+
+
+def test_app_level_kernel_rewrites_leave_the_nodes_the_recipe_runs_on_the_cpu_alone():
+    """silero-vad: the model's recipe put ``/stft/Pow`` on the CPU; an app-level ``pow_square`` there
+    replaced nodes the recipe's CPU subgraph names, and the candidate's run failed with
+    "puts nodes on the CPU that the model does not have". A node on the CPU has no HTP kernel to avoid."""
+    from onnxwrapper.repair.fix._app_level import _kernel_steps
+
+    model = onnx.load_model_from_string(repair_models.pow_square())
+    cone = [n.name for n in model.graph.node]
+    titles = [title for _kind, title, *_rest in _kernel_steps(model, cone, "y", (), ())]
+    assert any(t.startswith("pow_square at the 1 node(s)") for t in titles), titles
+    assert not [t for _kind, t, *_rest in _kernel_steps(model, cone, "y", (), (("pow", "sum"),))
+                if t.startswith("pow_square")]

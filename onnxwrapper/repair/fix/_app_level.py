@@ -115,14 +115,18 @@ def app_candidates(model: onnx.ModelProto, output: str, higher_precision: str | 
 
 def _kernel_steps(named: onnx.ModelProto, cone: list, output: str, base: tuple, groups0: tuple) -> list:
     """A kernel-avoiding rewrite at every node of ``cone`` it applies to, per rewrite — unless it would
-    more than double the model (``conv_taps`` on an STFT's 256-tap ``Conv``: a compile past its budget)."""
+    more than double the model (``conv_taps`` on an STFT's 256-tap ``Conv``: a compile past its budget).
+    Nodes the model's recipe already runs on the CPU (``groups0``) are left alone: no HTP kernel runs
+    them, and a rewrite would replace nodes the recipe's CPU subgraphs name (silero-vad's ``/stft/Pow``:
+    the candidate was refused with "puts nodes on the CPU that the model does not have")."""
     view, nodes = GraphView(named), {n.name: n for n in named.graph.node}
     done = {(r.rewrite, r.node) for r in base}
+    on_cpu = {n for group in groups0 for n in group}
     steps = []
     for patch in list_patches():
         if patch.name in _NOT_KERNEL:
             continue
-        hits = tuple(Rewrite(patch.name, n) for n in cone if (patch.name, n) not in done
+        hits = tuple(Rewrite(patch.name, n) for n in cone if (patch.name, n) not in done and n not in on_cpu
                      and patch.targets(nodes[n]) and patch.matches(nodes[n], view))
         if not hits:
             continue
