@@ -31,6 +31,7 @@ import onnx
 
 from onnxwrapper.backends.qnn.compile import CTX_NAME, complete_epcontext, stamp
 from onnxwrapper.backends.qnn.pipeline._pipeline import CacheStore, Compiled, EpContextFromOnnx, model_key
+from onnxwrapper.backends.qnn.session import RECIPE_CPU_REASON as CPU_REASON
 from onnxwrapper.errors import ArtifactError, PartitionError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, NodeAssignment, PartitionReport, make_key
 from onnxwrapper.patches import name_unnamed_nodes
@@ -41,7 +42,6 @@ __all__ = ["CPU_REASON", "PART_KEEPS_SHAPES", "StitchedEpContext", "copy_epconte
 
 EP = "QNNExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
-CPU_REASON = "repair recipe: runs on the CPU (the QNN result of this subgraph failed verification; see the recipe)"
 _EMPTY_REASON = "repair recipe: the QNN EP took no node of this part, so it runs on the CPU"
 _FAILED_REASON = "repair recipe: the QNN HTP could compile no piece of this part, so it runs on the CPU"
 #: part of the cache keys of assembled models; bump when what is assembled changes (a part's key is

@@ -10,7 +10,8 @@ from __future__ import annotations
 from onnxwrapper.backends.qnn.session._assignment import ASSIGNMENT_KEY, records_assignment
 from onnxwrapper.backends.qnn.session._buckets import BucketRouter
 from onnxwrapper.backends.qnn.session._context_budget import context_budget_mb
-from onnxwrapper.backends.qnn.session._no_node import (CpuSessionAhead, QnnCpuSession, compile_or_verdict,
+from onnxwrapper.backends.qnn.session._no_node import (RECIPE_CPU_REASON, CpuSessionAhead, QnnCpuSession,
+                                                      compile_or_verdict,
                                                       model_verdict,
                                                       no_node_policy, remember_verdict)
 from onnxwrapper.backends.qnn.session._partition_check import check_partition
@@ -26,6 +27,7 @@ __all__ = [
     "CpuSessionAhead",
     "QnnCpuSession",
     "QnnDynamicSession",
+    "RECIPE_CPU_REASON",
     "check_partition",
     "compile_or_verdict",
     "context_budget_mb",

@@ -37,7 +37,7 @@ from onnxwrapper.backends.qnn.session._partition_check import warn_once
 from onnxwrapper.errors import CompileBudgetError, CompileFailedError, PartitionError
 from onnxwrapper.kernel import NodeAssignment, PartitionReport
 
-__all__ = ["CPU_EP", "CpuSessionAhead", "QnnCpuSession", "compile_or_verdict", "model_verdict", "no_node_policy", "ort_providers",
+__all__ = ["CPU_EP", "RECIPE_CPU_REASON", "CpuSessionAhead", "QnnCpuSession", "compile_or_verdict", "model_verdict", "no_node_policy", "ort_providers",
            "ort_provider_options", "remember_verdict"]
 
 CPU_EP = "CPUExecutionProvider"
@@ -82,6 +82,10 @@ def _ops(report: PartitionReport) -> str:
     return ", ".join(ops[:8]) + (" …" if len(ops) > 8 else "")
 
 
+#: the reason a repair recipe's CPU subgraph gives each of its nodes in the partition report
+RECIPE_CPU_REASON = "repair recipe: runs on the CPU (the QNN result of this subgraph failed verification; see the recipe)"
+
+
 def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_key: str) -> None:
     """Refuse (``strict``) or warn once that QNN took none of the nodes of ``label``.
 
@@ -103,6 +107,11 @@ def no_node_policy(report: PartitionReport, *, strict: bool, label: str, warn_ke
     if report.recovery and report.recovery[-1].get("rung") == "compile budget":
         warn_once(warn_key, f"{report.recovery[-1].get('detail')} It runs on ORT's CPU execution provider for the rest "
                             f"of this run.")
+        return
+    if total and all(n.reason == RECIPE_CPU_REASON for n in report.nodes):  # the recipe's choice, not the EP's
+        warn_once(warn_key, f"The repair recipe runs every node of {label} ({_ops(report)}) on ORT's CPU execution "
+                            f"provider (its CPU subgraphs: the QNN result failed verification there); the QNN HTP "
+                            f"runs none of it.")
         return
     why = f" ({report.recovery_summary()})" if report.recovery else ""
     message = (f"The QNN execution provider took none of the {total} node(s) of {label} ({_ops(report)}){why}; it runs "
