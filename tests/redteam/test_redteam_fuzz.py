@@ -83,8 +83,9 @@ def target_users_script(folder, rng, world):
 def hostile_options(folder, rng, world):
     bad = rng.choice([{"cache_dir": str(world["outside"] / "cache")},
                       {"provider_options": {"profiling_file_path": str(world["outside"] / "victim.txt")}},
-                      {"provider_options": {"backend_path": "/tmp/libevil.so"}}, {"repairs": "/etc/passwd"},
-                      {"sdk_root": "/tmp"}, {"artifact": "/tmp/x.bin"}, {"compile_timeout": 1e18},
+                      {"provider_options": {"backend_path": str(world["outside"] / "libevil.so")}},
+                      {"repairs": str(world["outside"] / "recipe.json")}, {"sdk_root": str(world["outside"])},
+                      {"artifact": str(world["outside"] / "x.bin")}, {"compile_timeout": 1e18},
                       {"target": {"nested": "x"}}, {"precision": "x" * 100_000}])
     _edit(folder, lambda d: next(r for lb, r in d["runs"].items() if lb != "cpu")["options"].update(bad))
 

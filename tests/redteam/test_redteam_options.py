@@ -13,14 +13,18 @@ from onnxwrapper.diff import _capture
 from tests.conftest import qnn_available
 from tests.redteam.folders import diff_folder
 
+ELSEWHERE = os.path.join(os.path.abspath(os.sep), "attacker")  # an absolute folder a received folder names
+
 HOSTILE = {"target": "x-elite", "precision": "fp16", "patches": ["einsum"], "strict": False,
-           "cache_dir": "/tmp/attacker-cache", "profiling": "detailed", "repairs": "/tmp/recipe.json",
-           "onnx": "/etc/passwd", "artifact": "/tmp/evil.bin", "sdk_root": "/tmp/sdk", "compile_timeout": 1e9,
-           "compile_memory_mb": 10 ** 9, "max_feed_mb": 10 ** 9,
+           "cache_dir": os.path.join(ELSEWHERE, "cache"), "profiling": "detailed",
+           "repairs": os.path.join(ELSEWHERE, "recipe.json"), "onnx": os.path.join(ELSEWHERE, "passwd"),
+           "artifact": os.path.join(ELSEWHERE, "evil.bin"), "sdk_root": os.path.join(ELSEWHERE, "sdk"),
+           "compile_timeout": 1e9, "compile_memory_mb": 10 ** 9, "max_feed_mb": 10 ** 9,
            "provider_options": {"soc_model": "60", "htp_graph_finalization_optimization_mode": "3",
-                                "profiling_file_path": "/home/victim/.bashrc", "profiling_level": "detailed",
-                                "backend_path": "/tmp/libevil.so", "qnn_saver_path": "/tmp/saver.so",
-                                "ep.context_file_path": "/tmp/out.onnx"}}
+                                "profiling_file_path": os.path.join(ELSEWHERE, ".bashrc"), "profiling_level": "detailed",
+                                "backend_path": os.path.join(ELSEWHERE, "libevil.so"),
+                                "qnn_saver_path": os.path.join(ELSEWHERE, "saver.so"),
+                                "ep.context_file_path": os.path.join(ELSEWHERE, "out.onnx")}}
 KEPT = {"target": "x-elite", "precision": "fp16", "patches": ["einsum"], "strict": False,
         "provider_options": {"soc_model": "60", "htp_graph_finalization_optimization_mode": "3"}}
 
