@@ -63,7 +63,7 @@ def qrt(request):
     """qnn fidelity tests run the same assertions against onnxruntime + the QNN plugin EP and
     onnxwrapper's qnn backend (tests/qnn_flavours.py); skipped without onnxruntime-qnn."""
     if not qnn_available():
-        pytest.skip("onnxruntime-qnn not installed")
+        pytest.skip("needs onnxruntime-qnn (pip install -e '.[qnn]'): its HTP simulator or a Snapdragon NPU")
     from tests.qnn_flavours import FLAVOURS
 
     return FLAVOURS[request.param]

@@ -43,7 +43,8 @@ def fake(monkeypatch):
 # -- availability ------------------------------------------------------------------------------
 def test_linux_without_fake_says_windows_on_snapdragon(monkeypatch, mul_1_path):
     if qai._host_supported(host_architecture()):
-        pytest.skip("this host could run qai_appbuilder")
+        pytest.skip("needs a host that cannot run qai_appbuilder: this one is Windows on Snapdragon (ARM64), where the "
+                    "refusal checked here does not happen")
     drop_fake_qai_appbuilder()
     default_registry().unregister("qai")
     with pytest.raises(ow.BackendUnavailableError) as info:

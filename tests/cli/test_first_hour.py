@@ -65,7 +65,7 @@ def test_the_default_run_folders_are_git_ignored(command):
     from onnxwrapper.diff import default_directory
 
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse"], capture_output=True).returncode != 0:
-        pytest.skip("not a git checkout")
+        pytest.skip("needs a git checkout of the project (an installed copy has no .gitignore to check)")
     name = os.path.basename(default_directory(command=command))
     assert name.startswith(f"aipc-{command}-")
     ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", f"{name}/report.json"])

@@ -28,7 +28,8 @@ def _need_qnn():
 
     info = {b.name: b for b in onnxwrapper.get_available_backends()}
     if "qnn" not in info or not info["qnn"].available:
-        pytest.skip("the qnn backend is not available here")
+        pytest.skip("needs the qnn backend: onnxruntime-qnn (pip install -e '.[qnn]') with its HTP simulator (x86-64) "
+                    "or a Snapdragon NPU")
 
 
 def test_fp16_overflow_fails_and_localize_names_the_overflowing_node(tmp_path, child_env):

@@ -48,7 +48,8 @@ def _need_qnn():
 
     info = {b.name: b for b in onnxwrapper.get_available_backends()}
     if "qnn" not in info or not info["qnn"].available:
-        pytest.skip("the qnn backend is not available here")
+        pytest.skip("needs the qnn backend: onnxruntime-qnn (pip install -e '.[qnn]') with its HTP simulator (x86-64) "
+                    "or a Snapdragon NPU")
 
 
 def _failing_diff(tmp_path, child_env, script_text: str, **builds):
