@@ -44,7 +44,9 @@ def open_session(config, request, availability):
     host, fresh processes, median of 15 pairs)."""
     source = ModelSource.from_arg(request.path_or_bytes)  # hashed once for both checks
     ahead = None
-    if config.get("repairs") is None and CpuSessionAhead.worth_it(source) and _unseen(config, source):
+    # the facts first: one digest (needed below anyway), where the scan for ``ai.onnx.ml`` reads the whole
+    # model — on every open of a dynamic model's path otherwise
+    if config.get("repairs") is None and _unseen(config, source) and CpuSessionAhead.worth_it(source):
         # classical ML the cache has no facts of (never opened, or judged no-node by the compile worker):
         # its CPU session is most of the open, so it starts first and the checks below overlap it
         ahead = CpuSessionAhead(request.path_or_bytes, user_session_options(request), request.kwargs)
