@@ -38,7 +38,7 @@ from onnxwrapper.backends.qnn.settings import qnn_setup, request_ep_options
 from onnxwrapper.errors import BackendCapabilityError, CompileBudgetError
 from onnxwrapper.kernel import ArtifactCache, ModelSource, recorded_key
 
-__all__ = ["first_compile", "first_compile_job", "first_failure_token", "writable"]
+__all__ = ["first_compile", "first_compile_job", "first_failure_token", "run_job", "writable"]
 
 _log = logging.getLogger("onnxwrapper.qnn")
 
@@ -104,30 +104,41 @@ def writable(root: str) -> bool:
     return os.access(path, os.W_OK)
 
 
+def run_job(job, settings, config: Mapping[str, Any], request, availability, source, user_so,
+            budget_seconds: float | None) -> Any:
+    """Run ``job(config, raw QNN EP options, model, session-options state, label, real_npu)`` — a module-level
+    function the worker imports — on the process's compile pool, budget and all, with ``source``'s model as
+    its path (absolute) or, for a model given as bytes, its bytes. Returns what the job returns.
+
+    Raises:
+        What the pool raises (the worker's error, ``CompileBudgetError``, no worker)."""
+    # imported here: a cache hit in a new process imports no compile-worker layer (measured: 10-20 ms)
+    from onnxwrapper.backends.qnn.workers import CompileRequest, default_pool
+
+    model = os.path.abspath(source.path) if source.path is not None else source.read_bytes()
+    args = (dict(config), dict(request_ep_options(request)), model,
+            session_options_state(user_so) if user_so is not None else None, model_label(source),
+            bool(availability.real_npu))
+    return default_pool().run(CompileRequest(
+        model if isinstance(model, str) else b"", settings.cache_dir or "", dict(settings.ep_options), kind="job",
+        label=model_label(source), budget_seconds=budget_seconds,
+        budget_mb=settings.compile_memory_mb or default_compile_memory_mb(), job=job, job_args=args))
+
+
 def first_compile(config: Mapping[str, Any], request, availability, source, user_so) -> str | None:
     """Run :func:`first_compile_job` on the process's compile pool for a plain path request (module
     docstring); its answer, or ``None`` when it does not apply or failed (never raises: the full open
     path decides and reports)."""
     if not _plain_path_request(config, source, user_so):
         return None
-    # imported here: a cache hit in a new process imports no compile-worker layer (measured: 10-20 ms)
-    from onnxwrapper.backends.qnn.workers import CompileRequest, default_pool
-
     try:
         settings = qnn_setup(config, request_ep_options(request), source, user_so=user_so, kwargs={},
                              label=model_label(source), real_npu=availability.real_npu).settings
         if not writable(ArtifactCache(settings.cache_dir).root):
             return None  # a read-only cache: the full path compiles into a temporary one, once
-        args = (dict(config), dict(request_ep_options(request)), os.path.abspath(source.path),
-                session_options_state(user_so) if user_so is not None else None, model_label(source),
-                bool(availability.real_npu))
         budget = min(x for x in (settings.compile_timeout, settings.compile_budget) if x is not None) \
             if (settings.compile_timeout or settings.compile_budget) else None
-        job = CompileRequest(os.path.abspath(source.path), settings.cache_dir or "", dict(settings.ep_options),
-                             kind="job", label=model_label(source), budget_seconds=budget,
-                             budget_mb=settings.compile_memory_mb or default_compile_memory_mb(), job=first_compile_job,
-                             job_args=args)
-        return default_pool().run(job)
+        return run_job(first_compile_job, settings, config, request, availability, source, user_so, budget)
     except Exception as exc:  # noqa: BLE001 - the full path meets and reports any real problem
         if recoverable(exc) or isinstance(exc, CompileBudgetError):  # the ladder starts from this failure
             remember_first_failure(first_failure_token(source.path, settings), exc)

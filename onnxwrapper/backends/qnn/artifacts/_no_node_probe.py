@@ -34,7 +34,6 @@ session creation in the other thread waits for (measured on the 2-core x86-64 ho
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from typing import Any, Mapping
 
@@ -232,23 +231,15 @@ def first_no_node(config: Mapping[str, Any], request, availability, source, user
     session); never raises (``False``: the full open path decides and reports, as without it)."""
     if config.get("repairs") is not None or is_raw_binary(source):
         return False
-    from onnxwrapper.backends.qnn.artifacts._first_compile import writable
-    from onnxwrapper.backends.qnn.workers import CompileRequest, default_pool
+    from onnxwrapper.backends.qnn.artifacts._first_compile import run_job, writable
 
     try:
         settings = qnn_setup(config, request_ep_options(request), source, user_so=user_so, kwargs={},
                              label=model_label(source), real_npu=availability.real_npu).settings
         if not writable(ArtifactCache(settings.cache_dir).root):
             return False  # nowhere to record the verdict: the full path finds it in this process
-        model = os.path.abspath(source.path) if source.path is not None else source.read_bytes()
-        args = (dict(config), dict(request_ep_options(request)), model,
-                session_options_state(user_so) if user_so is not None else None, model_label(source),
-                bool(availability.real_npu))
-        job = CompileRequest(b"", settings.cache_dir or "", dict(settings.ep_options), kind="job",
-                             label=model_label(source), budget_seconds=compile_seconds(settings.compile_timeout),
-                             budget_mb=settings.compile_memory_mb or default_compile_memory_mb(), job=no_node_job,
-                             job_args=args)
-        return bool(default_pool().run(job))
+        return bool(run_job(no_node_job, settings, config, request, availability, source, user_so,
+                            compile_seconds(settings.compile_timeout)))
     except Exception as exc:  # noqa: BLE001 - a shortcut only; the full path meets any real problem
         _log.debug("onnxwrapper qnn: no-node verdict in the worker not used (%s: %s)", type(exc).__name__, exc)
         return False
